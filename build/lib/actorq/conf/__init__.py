@@ -1,0 +1,1 @@
+"""Hydra configuration tree, shipped inside the package as ``actorq.conf``."""

@@ -1,0 +1,57 @@
+"""The policy an actor runs: a behaviour network plus exploration.
+
+The exploration scale lives in a buffer, so pushing the learner's weights to the actors
+also pushes the current epsilon (or Gaussian sigma): annealing is decided by the learner.
+
+Example:
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.networks import QNetwork
+    >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+    >>> policy = ExplorationPolicy(QNetwork(spec, (32,)), spec, noise_scale=0.1)
+    >>> policy(torch.zeros(4)).shape  # unbatched observations work too
+    torch.Size([])
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from actorq.envs import EnvSpec
+
+
+class ExplorationPolicy(nn.Module):
+    """Epsilon-greedy over Q-values (discrete) or clipped Gaussian noise (continuous).
+
+    Args:
+        network: maps observations ``[B, obs_dim]`` to Q-values or deterministic actions.
+        spec: the environment spec (action space kind and bounds).
+        noise_scale: epsilon (discrete) or sigma as a fraction of the half action range.
+    """
+
+    def __init__(self, network: nn.Module, spec: EnvSpec, noise_scale: float):
+        super().__init__()
+        self.network = network
+        self.discrete = spec.discrete
+        self.num_actions = spec.num_actions
+        self.register_buffer("noise_scale", torch.tensor(float(noise_scale)))
+        if not spec.discrete:
+            self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
+            self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        unbatched = observation.dim() == 1
+        obs = observation.unsqueeze(0) if unbatched else observation
+        with torch.no_grad():
+            out = self.network(obs)
+            action = self._explore(out)
+        return action.squeeze(0) if unbatched else action
+
+    def _explore(self, out: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            greedy = out.argmax(dim=-1)
+            random = torch.randint_like(greedy, self.num_actions)
+            explore = torch.rand(greedy.shape) < self.noise_scale
+            return torch.where(explore, random, greedy)
+        noise = torch.randn_like(out) * self.noise_scale * (self.high - self.low) / 2
+        return torch.clamp(out + noise, self.low, self.high)

@@ -1,0 +1,89 @@
+"""Actors: TorchRL collectors in worker processes, each running an :class:`ExplorationPolicy`.
+
+This is the only module that imports TorchRL collectors.
+
+Example:
+    >>> pool = ActorPool(env_name="CartPole-v1", policy=policy, num_workers=2,  # doctest: +SKIP
+    ...                  frames_per_batch=200, total_frames=10_000)
+    >>> for batch in pool:  # TensorDicts of [*env_batch, T] steps  # doctest: +SKIP
+    ...     pool.push(learner_policy)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.collectors import MultiAsyncCollector
+from torchrl.envs import EnvBase, SerialEnv
+
+from actorq.envs import OBSERVATION, make_env
+
+
+def make_worker_env(env_name: str, envs_per_worker: int, seed: int) -> EnvBase:
+    """One worker's environments: a single env, or a ``SerialEnv`` of several."""
+    if envs_per_worker == 1:
+        return make_env(env_name, seed=seed)
+    return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed))
+
+
+class ActorPool:
+    """``num_workers`` actor processes collecting concurrently with the learner.
+
+    Iterating yields one worker's batch at a time (``frames_per_batch`` steps), while that
+    worker already collects its next batch. Weights reach the workers through :meth:`push`.
+
+    Args:
+        env_name: environment for :func:`actorq.envs.make_env`.
+        policy: the actor-side policy; a copy lives in every worker.
+        num_workers: number of actor processes.
+        envs_per_worker: environments stepped in lock-step inside each worker.
+        frames_per_batch: env steps per yielded batch (all envs of one worker together).
+        total_frames: stop after this many env steps in total.
+        init_random_frames: the first frames use uniformly random actions.
+        seed: base seed; worker ``i`` gets a distinct derived seed.
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        policy: nn.Module,
+        num_workers: int,
+        frames_per_batch: int,
+        total_frames: int,
+        envs_per_worker: int = 1,
+        init_random_frames: int = 0,
+        seed: int = 0,
+    ):
+        # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
+        self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
+        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed)
+        self.collector = MultiAsyncCollector(
+            [env_fn] * num_workers,
+            self.policy,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            init_random_frames=init_random_frames,
+            split_trajs=False,
+        )
+        self.collector.set_seed(seed)
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        return iter(self.collector)
+
+    def __len__(self) -> int:
+        return -(-self.total_frames // self.frames_per_batch)
+
+    def push(self, policy: nn.Module) -> None:
+        """Copies ``policy``'s parameters and buffers into every worker's policy."""
+        weights = TensorDict({"module": TensorDict.from_module(policy)}, batch_size=[])
+        self.collector.update_policy_weights_(weights)
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()

@@ -1,0 +1,57 @@
+"""The replay interface the learner talks to; uniform and prioritized buffers implement it.
+
+A transition is a flat TensorDict row with the keys of :data:`TRANSITION_KEYS`, as produced
+by :func:`actorq.nstep.nstep_transitions`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+TRANSITION_KEYS = ("observation", "action", "reward", "next_observation", "discount")
+
+
+@dataclass
+class Sample:
+    """A sampled batch.
+
+    Attributes:
+        batch: transitions, batch size ``[B]``.
+        indices: storage indices, for :meth:`ReplayBuffer.update_priorities`.
+        weights: importance-sampling weights (all ones for uniform replay).
+    """
+
+    batch: TensorDict
+    indices: torch.Tensor
+    weights: torch.Tensor
+
+
+class ReplayBuffer(ABC):
+    """Insert batches of transitions, sample batches, feed back priorities."""
+
+    capacity: int
+
+    @abstractmethod
+    def extend(self, transitions: TensorDict) -> None:
+        """Stores a batch of transitions (batch size ``[N]``), overwriting the oldest."""
+
+    @abstractmethod
+    def sample(self, batch_size: int) -> Sample:
+        """Draws ``batch_size`` transitions."""
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:  # noqa: B027
+        """Feeds back new priorities (e.g. |TD error|); a no-op for uniform replay."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of transitions stored."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027
+        pass

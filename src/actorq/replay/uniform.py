@@ -1,0 +1,58 @@
+"""Uniform replay: a ring buffer of preallocated tensors.
+
+Example:
+    >>> from tensordict import TensorDict
+    >>> buffer = UniformReplay(capacity=100)
+    >>> rows = TensorDict({"observation": torch.zeros(10, 3), "action": torch.zeros(10, 1),
+    ...                    "reward": torch.zeros(10), "next_observation": torch.zeros(10, 3),
+    ...                    "discount": torch.ones(10)}, batch_size=[10])
+    >>> buffer.extend(rows)
+    >>> buffer.sample(4).batch.batch_size
+    torch.Size([4])
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from actorq.replay.base import ReplayBuffer, Sample
+
+
+class UniformReplay(ReplayBuffer):
+    """Fixed-capacity FIFO storage with uniform sampling.
+
+    Args:
+        capacity: maximum number of transitions kept.
+        seed: seed of the sampling generator.
+    """
+
+    def __init__(self, capacity: int, seed: int = 0):
+        if capacity <= 0:
+            raise ValueError(f"replay capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.storage: TensorDict | None = None
+        self.cursor = 0
+        self.size = 0
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def extend(self, transitions: TensorDict) -> None:
+        n = transitions.batch_size[0]
+        if self.storage is None:
+            self.storage = transitions[0].expand(self.capacity).clone().zero_()
+        if n > self.capacity:
+            transitions = transitions[-self.capacity :]
+            n = self.capacity
+        indices = (self.cursor + torch.arange(n)) % self.capacity
+        self.storage[indices] = transitions
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int) -> Sample:
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        indices = torch.randint(self.size, (batch_size,), generator=self.generator)
+        return Sample(self.storage[indices], indices, torch.ones(batch_size))
+
+    def __len__(self) -> int:
+        return self.size
