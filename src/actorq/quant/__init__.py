@@ -1,0 +1,51 @@
+"""Quantized actors: the learner's fp32 policy -> a plain-tensor payload -> int8 actors.
+
+The learner calls :func:`quantize` (post-training quantization with torch.ao) and loads the
+payload into the actors' :class:`QuantizedNetwork` with
+:meth:`QuantizedNetwork.load_payload`; ``ActorPool.push`` then copies it to every worker,
+where the network rebuilds its quantized modules. torch.ao is imported only inside this
+package (in ``_ao.py``).
+
+Example:
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.networks import DeterministicActor
+    >>> env_spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+    >>> learner_actor = DeterministicActor(env_spec, hidden=(64, 64))
+    >>> quant = QuantSpec(bits=8, mode="static")
+    >>> actors_copy = QuantizedNetwork.from_spec(env_spec, (64, 64), quant)
+    >>> actors_copy.load_payload(quantize(learner_actor, quant, calibration=torch.randn(256, 3)))
+    >>> action_error(learner_actor, actors_copy, torch.randn(256, 3)) < 0.05
+    True
+"""
+
+import torch  # noqa: F401  (the example above uses it)
+
+from actorq.quant.auto import PrecisionChoice, choose, resolve_precision, select_precision
+from actorq.quant.export import export
+from actorq.quant.fidelity import action_agreement, action_error, fidelity_metrics, fp32_nbytes, weight_error
+from actorq.quant.network import QuantizedNetwork
+from actorq.quant.quantize import Payload, dequantized_weights, payload_nbytes, quantize, reference_module
+from actorq.quant.spec import QuantSpec
+from actorq.quant.timing import Timing, time_forward
+
+__all__ = [
+    "Payload",
+    "PrecisionChoice",
+    "QuantSpec",
+    "QuantizedNetwork",
+    "Timing",
+    "action_agreement",
+    "action_error",
+    "choose",
+    "dequantized_weights",
+    "export",
+    "fidelity_metrics",
+    "fp32_nbytes",
+    "payload_nbytes",
+    "quantize",
+    "reference_module",
+    "resolve_precision",
+    "select_precision",
+    "time_forward",
+    "weight_error",
+]

@@ -1,0 +1,150 @@
+"""``quant.bits=auto``: time each precision on this CPU and keep the fastest faithful one.
+
+int8 wins big for wide networks and loses for narrow ones at batch 1, and bf16 depends on
+the CPU; so the choice is measured, not guessed. fp32 is always a candidate and is kept
+unless another candidate is clearly faster (by ``margin``) and its action error is within
+``QuantSpec.auto_tolerance``: ``auto`` is never slower than fp32.
+
+Where it runs: in the main process, once, before the actor pool is built, on the learner's
+initial fp32 network, single-threaded, at the workers' real batch (``envs_per_worker``). With
+local worker processes this is the same CPU the actors run on. Its result is a concrete
+:class:`QuantSpec` used both by the learner's quantizer and by the actors' template, which
+must agree on the payload format.
+
+Example:
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.networks import DeterministicActor
+    >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+    >>> actor = DeterministicActor(spec, hidden=(32, 32))
+    >>> choice = select_precision(actor, QuantSpec(bits="auto"), batch_size=1, iterations=30)
+    >>> choice.name in choice.timings_us and "fp32" in choice.timings_us
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from actorq.quant.fidelity import action_error
+from actorq.quant.network import QuantizedNetwork
+from actorq.quant.spec import QuantSpec
+from actorq.quant.timing import time_forward
+
+REFERENCE = "fp32"
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The outcome of :func:`select_precision`, for logging.
+
+    Attributes:
+        name: the chosen candidate (``"fp32"``, ``"bf16"``, ``"int8_static"``, ``"int8_dynamic"``).
+        spec: the concrete precision to run.
+        timings_us: median microseconds per forward of every candidate.
+        action_errors: :func:`~actorq.quant.action_error` of every candidate vs fp32.
+        batch_size: the batch the timings were taken at.
+    """
+
+    name: str
+    spec: QuantSpec
+    timings_us: dict[str, float]
+    action_errors: dict[str, float]
+    batch_size: int
+
+    def metrics(self) -> dict[str, float]:
+        """``quant/auto_us/<candidate>`` and ``quant/auto_action_error/<candidate>``."""
+        out = {f"quant/auto_us/{name}": us for name, us in self.timings_us.items()}
+        out.update({f"quant/auto_action_error/{name}": err for name, err in self.action_errors.items()})
+        out["quant/auto_speedup"] = self.timings_us[REFERENCE] / self.timings_us[self.name]
+        return out
+
+
+def candidate_specs(spec: QuantSpec) -> dict[str, QuantSpec]:
+    """The precisions ``auto`` compares, keeping ``spec``'s observer and granularity."""
+    return {
+        REFERENCE: spec.with_bits(32),
+        "bf16": spec.with_bits(16),
+        "int8_static": spec.with_bits(8, mode="static"),
+        "int8_dynamic": spec.with_bits(8, mode="dynamic"),
+    }
+
+
+def choose(
+    timings_us: dict[str, float], action_errors: dict[str, float], tolerance: float, margin: float = 0.05
+) -> str:
+    """The fastest candidate within ``tolerance``, if it beats fp32 by ``margin``; else fp32.
+
+    Example:
+        >>> choose({"fp32": 100.0, "int8_static": 20.0}, {"fp32": 0.0, "int8_static": 0.01}, 0.05)
+        'int8_static'
+        >>> choose({"fp32": 100.0, "int8_static": 98.0}, {"fp32": 0.0, "int8_static": 0.0}, 0.05)
+        'fp32'
+    """
+    faithful = [name for name in timings_us if action_errors.get(name, 0.0) <= tolerance]
+    fastest = min(faithful, key=timings_us.__getitem__, default=REFERENCE)
+    if timings_us[fastest] <= (1.0 - margin) * timings_us[REFERENCE]:
+        return fastest
+    return REFERENCE
+
+
+def select_precision(
+    network: nn.Module,
+    spec: QuantSpec,
+    batch_size: int,
+    observations: torch.Tensor | None = None,
+    discrete: bool = False,
+    iterations: int = 300,
+    rounds: int = 3,
+    margin: float = 0.05,
+) -> PrecisionChoice:
+    """Times every candidate precision on one thread and picks one (see :func:`choose`).
+
+    Args:
+        network: the learner's fp32 policy (``trunk`` + ``head``).
+        spec: the configured spec (its observer, granularity and ``auto_tolerance`` are used).
+        batch_size: observations per forward in an actor (``envs_per_worker``).
+        observations: representative observations for calibration and action error; standard
+            normal ones if ``None`` (less representative: prefer a few env steps' worth).
+        discrete: whether the network outputs Q-values.
+        iterations: timed forwards per candidate, spread over ``rounds`` interleaved rounds
+            (each candidate keeps its best round, so a burst of load does not decide).
+        margin: how much faster than fp32 a candidate must be.
+    """
+    obs_dim = network.trunk[0].in_features
+    if observations is None:
+        observations = torch.randn(spec.calibration_samples, obs_dim)
+    batch = observations[torch.arange(batch_size) % len(observations)]
+    networks = {
+        name: QuantizedNetwork.from_network(network, candidate, calibration=observations)
+        for name, candidate in candidate_specs(spec).items()
+    }
+    errors = {name: action_error(network, net, observations, discrete) for name, net in networks.items()}
+    timings = {name: float("inf") for name in networks}
+    per_round = max(iterations // rounds, 5)
+    for _ in range(rounds):
+        for name, net in networks.items():
+            timings[name] = min(timings[name], time_forward(net, batch, iterations=per_round).median_us)
+    name = choose(timings, errors, spec.auto_tolerance, margin)
+    return PrecisionChoice(name, networks[name].quant, timings, errors, batch_size)
+
+
+def resolve_precision(
+    network: nn.Module,
+    spec: QuantSpec,
+    batch_size: int,
+    observations: torch.Tensor | None = None,
+    discrete: bool = False,
+) -> tuple[QuantSpec, PrecisionChoice | None]:
+    """``spec`` itself, or for ``bits="auto"`` the spec :func:`select_precision` picks.
+
+    Example:
+        >>> resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
+        (QuantSpec(bits=8, mode='static', observer='learned', calibration='minmax', granularity='per_channel', input_range=(-10.0, 10.0), activation_max=20.0, calibration_samples=512, auto_tolerance=0.05), None)
+    """
+    if not spec.is_auto:
+        return spec, None
+    choice = select_precision(network, spec, batch_size, observations, discrete)
+    return choice.spec, choice

@@ -1,0 +1,169 @@
+"""The actors' policy network: a payload held in plain buffers, run at reduced precision.
+
+:class:`QuantizedNetwork` is a drop-in for the ``network`` inside
+:class:`actorq.actors.policy.ExplorationPolicy`. Its payload tensors are registered buffers of
+ordinary dtypes, so :meth:`actorq.actors.pool.ActorPool.push` (TorchRL's shared-memory weight
+sync, built on ``TensorDict.from_module``) copies them into every worker. A ``version`` buffer
+travels with them; a worker that sees a new version rebuilds its executable trunk (torch.ao
+quantized modules for int8) before the next forward.
+
+Example:
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.networks import DeterministicActor
+    >>> env_spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+    >>> quant = QuantSpec(bits=8, mode="dynamic")
+    >>> actors_copy = QuantizedNetwork.from_spec(env_spec, hidden=(64, 64), quant=quant)  # shapes only
+    >>> learner_actor = DeterministicActor(env_spec, hidden=(64, 64))
+    >>> actors_copy.load_payload(quantize(learner_actor, quant))  # then pool.push(policy)
+    >>> actors_copy(torch.zeros(5, 3)).shape
+    torch.Size([5, 1])
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from actorq.envs import EnvSpec
+from actorq.errors import ConfigError
+from actorq.quant.layout import TrunkLayout
+from actorq.quant.quantize import Payload, quantize
+from actorq.quant.runtime import build_trunk
+from actorq.quant.spec import QuantSpec
+
+# Versions come from one counter per process, so a payload loaded into any network of the
+# learner's process never reuses a number a worker has already built.
+_next_version = itertools.count(1)
+
+_NOT_BUILT = -1
+
+
+class QuantizedNetwork(nn.Module):
+    """``obs -> head(trunk(obs))`` with the trunk at the precision of ``quant``.
+
+    Args:
+        sizes: trunk widths ``(obs_dim, *hidden, out_dim)``.
+        quant: the precision (``bits="auto"`` must be resolved first).
+        head: the fp32 output module (e.g. :class:`actorq.networks.TanhScale`); identity if
+            ``None``.
+        layer_norm: whether the trunk has a ``LayerNorm`` after every hidden ``Linear``.
+
+    Attributes:
+        version: int64 buffer, bumped by :meth:`load_payload`; workers rebuild when it changes.
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        quant: QuantSpec,
+        head: nn.Module | None = None,
+        layer_norm: bool = False,
+    ):
+        super().__init__()
+        self.layout = TrunkLayout(tuple(sizes), layer_norm)
+        self.quant = quant
+        self.head = head if head is not None else nn.Identity()
+        for name, (shape, dtype) in self.layout.payload_spec(quant).items():
+            self.register_buffer(name, _placeholder(name, shape, dtype))
+        # Registered last: TorchRL copies buffers in registration order, so a worker that
+        # reads the new version also finds the new payload already in place.
+        self.register_buffer("version", torch.zeros((), dtype=torch.int64))
+        self._forget_trunk()
+
+    @classmethod
+    def from_spec(
+        cls, env_spec: EnvSpec, hidden: Sequence[int], quant: QuantSpec, layer_norm: bool = False
+    ) -> QuantizedNetwork:
+        """A template with the shapes of :class:`~actorq.networks.DeterministicActor` (continuous)
+        or :class:`~actorq.networks.QNetwork` (discrete) and an all-zero payload."""
+        from actorq.networks import TanhScale
+
+        if env_spec.discrete:
+            out_dim, head = env_spec.num_actions, nn.Identity()
+        else:
+            out_dim, head = env_spec.action_dim, TanhScale(env_spec.action_low, env_spec.action_high)
+        return cls((env_spec.obs_dim, *hidden, out_dim), quant, head=head, layer_norm=layer_norm)
+
+    @classmethod
+    def from_network(
+        cls, network: nn.Module, quant: QuantSpec, calibration: torch.Tensor | None = None
+    ) -> QuantizedNetwork:
+        """Quantizes an fp32 policy (``trunk`` + ``head``) into a new network (head copied)."""
+        layout = TrunkLayout.from_trunk(network.trunk)
+        quantized = cls(layout.sizes, quant, head=copy.deepcopy(network.head), layer_norm=layout.layer_norm)
+        quantized.load_payload(quantize(network, quant, calibration))
+        return quantized
+
+    def payload(self) -> Payload:
+        """The current payload (the buffers themselves, not copies)."""
+        return {name: getattr(self, name) for name in self.layout.payload_spec(self.quant)}
+
+    def load_payload(self, payload: Payload) -> None:
+        """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``.
+
+        After this, ``pool.push(policy)`` with the policy that holds this network carries the
+        payload to every actor.
+        """
+        expected = self.layout.payload_spec(self.quant)
+        if set(payload) != set(expected):
+            missing, extra = sorted(set(expected) - set(payload)), sorted(set(payload) - set(expected))
+            raise ConfigError(
+                f"payload does not fit this {self.quant.describe()} network: missing {missing}, unexpected {extra}"
+            )
+        for name, (shape, dtype) in expected.items():
+            value = payload[name]
+            if tuple(value.shape) != shape or value.dtype != dtype:
+                raise ConfigError(
+                    f"payload tensor {name} is {value.dtype}{list(value.shape)}, expected {dtype}{list(shape)}"
+                )
+            getattr(self, name).copy_(value)
+        self.version.fill_(next(_next_version))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        # Direct dict lookups: nn.Module.__getattr__ costs more than a small actor's matmul.
+        if self._buffers["version"].item() != self._built_version:
+            self._build()
+        trunk, head = self._trunk, self._modules["head"]
+        if observation.dim() == 2:
+            return head(trunk(observation))
+        if observation.dim() == 1:  # quantized linear kernels need a batch dimension
+            return head(trunk(observation.unsqueeze(0))).squeeze(0)
+        flat = trunk(observation.reshape(-1, observation.shape[-1]))
+        return head(flat.reshape(*observation.shape[:-1], flat.shape[-1]))
+
+    def executable_trunk(self) -> nn.Sequential:
+        """The trunk actually run (rebuilt from the current payload if it changed)."""
+        if int(self.version) != self._built_version:
+            self._build()
+        return self._trunk
+
+    def _build(self) -> None:
+        version = int(self.version)  # read before the payload: a newer one triggers a rebuild
+        trunk = build_trunk(self.layout, self.quant, self.payload())
+        # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
+        # sync anyway, and the synced structure must not depend on what was built.
+        object.__setattr__(self, "_trunk", trunk)
+        object.__setattr__(self, "_built_version", version)
+
+    def _forget_trunk(self) -> None:
+        object.__setattr__(self, "_trunk", None)
+        object.__setattr__(self, "_built_version", _NOT_BUILT)
+
+    def __getstate__(self) -> dict:
+        # Spawned workers and deep copies rebuild the trunk; packed int8 weights do not pickle.
+        state = self.__dict__.copy()
+        state["_trunk"], state["_built_version"] = None, _NOT_BUILT
+        return state
+
+    def extra_repr(self) -> str:
+        return f"{self.quant.describe()}, sizes={self.layout.sizes}, layer_norm={self.layout.layer_norm}"
+
+
+def _placeholder(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    # Scales of 1 keep an unfilled template runnable (it outputs head(bias) = head(0)).
+    fill = 1 if name.endswith("scale") else 0
+    return torch.full(shape, fill, dtype=dtype)

@@ -1,0 +1,145 @@
+"""What precision the actors run at: :class:`QuantSpec`, validated when it is built.
+
+Example:
+    >>> QuantSpec(bits=8, mode="dynamic").describe()
+    'int8 dynamic per_channel'
+    >>> QuantSpec(bits=4, mode="static")
+    Traceback (most recent call last):
+    ...
+    actorq.errors.ConfigError: quant.bits=4 is simulated weight-only quantization and needs quant.mode=dynamic; quant.mode=static (calibrated activations, real int8 kernels) needs quant.bits=8
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from actorq.errors import ConfigError
+
+AUTO = "auto"
+FLOAT_BITS = (32, 16)
+SIMULATED_BITS = tuple(range(2, 8))
+ALLOWED_BITS = (32, 16, 8, *SIMULATED_BITS)
+MODES = ("static", "dynamic")
+OBSERVERS = ("learned", "fixed")
+CALIBRATIONS = ("minmax", "moving_average", "histogram")
+GRANULARITIES = ("per_tensor", "per_channel")
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """Precision of the actors' copy of the policy (the ``quant.*`` config group).
+
+    Attributes:
+        bits: 32 (fp32, unchanged), 16 (bfloat16), 8 (int8 torch.ao kernels), 2..7 (weights
+            rounded to that many bits, computed in fp32: a simulation, as in QuaRL's precision
+            sweeps) or ``"auto"`` (pick the fastest faithful one, see
+            :func:`actorq.quant.select_precision`).
+        mode: for ``bits=8``: ``"static"`` (activation ranges calibrated before the push, every
+            layer runs in int8) or ``"dynamic"`` (int8 weights, activations quantized on the fly
+            per batch). ``bits=2..7`` need ``"dynamic"`` (weights only). Ignored for 32/16.
+        observer: for ``mode=static``: ``"learned"`` (ranges measured at every broadcast on
+            recent observations with the ``calibration`` observer) or ``"fixed"`` (ranges set
+            once from ``input_range`` and ``activation_max``; no data needed).
+        calibration: the learned observer: ``"minmax"``, ``"moving_average"`` or
+            ``"histogram"``.
+        granularity: one weight scale per ``"per_tensor"`` or per output ``"per_channel"``.
+        input_range: fixed observer: the observation range ``(low, high)`` mapped onto int8.
+        activation_max: fixed observer: hidden activations are taken to lie in
+            ``[0, activation_max]`` and the trunk's output in ``[-activation_max, activation_max]``.
+        calibration_samples: how many recent observations a broadcast calibrates on.
+        auto_tolerance: ``bits="auto"`` keeps only candidates whose action error
+            (:func:`actorq.quant.action_error`) is at most this.
+    """
+
+    bits: int | str = 8
+    mode: str = "static"
+    observer: str = "learned"
+    calibration: str = "minmax"
+    granularity: str = "per_channel"
+    input_range: tuple[float, float] = (-10.0, 10.0)
+    activation_max: float = 20.0
+    calibration_samples: int = 512
+    auto_tolerance: float = 0.05
+
+    def __post_init__(self) -> None:
+        # Hydra hands over lists as ListConfig; keep the dataclass hashable and picklable.
+        object.__setattr__(self, "input_range", _pair(self.input_range))
+        _check_bits(self.bits)
+        _check_choice("mode", self.mode, MODES)
+        _check_choice("observer", self.observer, OBSERVERS)
+        _check_choice("calibration", self.calibration, CALIBRATIONS)
+        _check_choice("granularity", self.granularity, GRANULARITIES)
+        if self.bits in SIMULATED_BITS and self.mode != "dynamic":
+            raise ConfigError(
+                f"quant.bits={self.bits} is simulated weight-only quantization and needs "
+                "quant.mode=dynamic; quant.mode=static (calibrated activations, real int8 "
+                "kernels) needs quant.bits=8"
+            )
+        low, high = self.input_range
+        if not low < high:
+            raise ConfigError(f"quant.input_range must be [low, high] with low < high, got {list(self.input_range)}")
+        _check_positive("activation_max", self.activation_max)
+        _check_positive("calibration_samples", self.calibration_samples)
+        if self.auto_tolerance < 0:
+            raise ConfigError(f"quant.auto_tolerance must be >= 0, got {self.auto_tolerance}")
+
+    @property
+    def is_auto(self) -> bool:
+        return self.bits == AUTO
+
+    @property
+    def is_int8(self) -> bool:
+        """Real int8 kernels (torch.ao quantized modules) run in the actors."""
+        return self.bits == 8
+
+    @property
+    def is_static(self) -> bool:
+        """Activations are quantized with calibrated ranges, so a broadcast needs them."""
+        return self.bits == 8 and self.mode == "static"
+
+    @property
+    def needs_calibration(self) -> bool:
+        """A broadcast must pass recent observations to :func:`actorq.quant.quantize`."""
+        return self.is_static and self.observer == "learned"
+
+    def describe(self) -> str:
+        """A short human-readable name, e.g. ``"int8 static per_channel"``."""
+        if self.bits == 32:
+            return "fp32"
+        if self.bits == 16:
+            return "bf16"
+        if self.bits == AUTO:
+            return "auto"
+        if self.bits == 8:
+            return f"int8 {self.mode} {self.granularity}"
+        return f"{self.bits}-bit simulated {self.granularity}"
+
+    def with_bits(self, bits: int | str, mode: str | None = None) -> QuantSpec:
+        """A copy with other ``bits`` (and ``mode``), everything else unchanged."""
+        return replace(self, bits=bits, mode=mode or self.mode)
+
+
+def _pair(values: Sequence[float]) -> tuple[float, float]:
+    pair = tuple(float(v) for v in values)
+    if len(pair) != 2:
+        raise ConfigError(f"quant.input_range must be [low, high], got {list(values)}")
+    return pair  # type: ignore[return-value]
+
+
+def _check_bits(bits: object) -> None:
+    if bits == AUTO or (isinstance(bits, int) and not isinstance(bits, bool) and bits in ALLOWED_BITS):
+        return
+    raise ConfigError(
+        f"quant.bits must be 32 (fp32), 16 (bf16), 8 (int8), 2..7 (simulated) or 'auto', got {bits!r}"
+    )
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"quant.{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"quant.{name} must be positive, got {value}")
