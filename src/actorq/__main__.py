@@ -1,6 +1,29 @@
+"""``python -m actorq +experiment=NAME key=value ...``: train one run (or a sweep with -m)."""
+
+from __future__ import annotations
+
+import sys
+
 import hydra
+from omegaconf import DictConfig
+
+from actorq.errors import ConfigError
+
+
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
-def main(cfg):
-    print(cfg)
+def main(cfg: DictConfig) -> float | None:
+    from actorq.train import describe_outputs, train
+
+    try:
+        summary, _ = train(cfg)
+    except ConfigError as error:
+        print(f"actorq: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(f"Final eval return {summary['final_return']:.1f} after {summary['frames']} frames "
+          f"in {summary['wall_clock_s']:.0f} s")
+    print(describe_outputs(cfg))
+    return summary["final_return"]
+
+
 if __name__ == "__main__":
     main()

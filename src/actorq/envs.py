@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 import torch
-from torchrl.envs import CatTensors, Compose, DoubleToFloat, EnvBase, TransformedEnv
+from torchrl.envs import CatTensors, Compose, DoubleToFloat, EnvBase, RewardSum, TransformedEnv
 from torchrl.envs.libs.dm_control import DMControlEnv
 from torchrl.envs.libs.gym import GymEnv
 
@@ -108,21 +108,24 @@ def make_env(name: str, seed: int | None = None) -> EnvBase:
         seed: seed for the environment's random generator.
 
     Returns:
-        A TorchRL environment with ``"observation"`` (float32, 1-D) and float32 reward.
+        A TorchRL environment with ``"observation"`` (float32, 1-D), float32 reward, and the
+        running ``"episode_reward"``.
     """
     backend = backend_of(name)
     if backend == "gym":
         if name.endswith(("-v4", "-v5")):
             _require_gym_mujoco(name)
         base = GymEnv(name, categorical_action_encoding=True)
-        env = TransformedEnv(base, DoubleToFloat())
+        env = TransformedEnv(base, Compose(DoubleToFloat(), RewardSum()))
     else:
         domain, task = name.split("-", 1)
         base = DMControlEnv(domain, task)
         obs_keys = [key for key in base.observation_spec.keys() if key != OBSERVATION]
         env = TransformedEnv(
             base,
-            Compose(CatTensors(in_keys=obs_keys, out_key=OBSERVATION), DoubleToFloat()),
+            Compose(
+                CatTensors(in_keys=obs_keys, out_key=OBSERVATION), DoubleToFloat(), RewardSum()
+            ),
         )
         if OBSERVATION not in env.observation_spec.keys():  # pragma: no cover - defensive
             raise ConfigError(f"could not flatten the observations of {name!r}")

@@ -46,6 +46,7 @@ class ActorPool:
         total_frames: stop after this many env steps in total.
         init_random_frames: the first frames use uniformly random actions.
         seed: base seed; worker ``i`` gets a distinct derived seed.
+        update_every: learner steps between weight pushes (read by the broadcast callback).
     """
 
     def __init__(
@@ -58,7 +59,15 @@ class ActorPool:
         envs_per_worker: int = 1,
         init_random_frames: int = 0,
         seed: int = 0,
+        update_every: int = 100,
     ):
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
+                            ("frames_per_batch", frames_per_batch), ("total_frames", total_frames),
+                            ("update_every", update_every)):
+            if value <= 0:
+                raise ValueError(f"actors.{name} must be positive, got {value}")
+        if init_random_frames < 0:
+            raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
         env_fn = partial(make_worker_env, env_name, envs_per_worker, seed)
@@ -73,6 +82,7 @@ class ActorPool:
         self.collector.set_seed(seed)
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
+        self.update_every = update_every
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         return iter(self.collector)

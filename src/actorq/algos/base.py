@@ -1,0 +1,238 @@
+"""The off-policy learner every algorithm shares: replay in, gradient steps out.
+
+One Lightning "batch" is one batch of experience from the actors. ``training_step`` turns
+it into n-step transitions, stores them, and runs ``update_to_data * frames`` gradient
+updates on replay samples. Subclasses only say what their networks are and what one
+update does (:meth:`update`), returning named loss terms.
+
+Attributes that callbacks rely on (documented, stable):
+    actors: the :class:`~actorq.actors.pool.ActorPool` feeding this learner.
+    replay: the :class:`~actorq.replay.base.ReplayBuffer`.
+    frames: environment steps received so far.
+    learner_steps: gradient updates done so far.
+    policy: the learner-side :class:`~actorq.actors.policy.ExplorationPolicy` (fp32, live
+        weights), the structure every actor runs.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+
+import lightning as L
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from actorq.actors.policy import ExplorationPolicy
+from actorq.envs import EnvSpec
+from actorq.nstep import nstep_transitions
+from actorq.replay.base import ReplayBuffer, Sample
+
+
+class Exploration:
+    """A linearly annealed exploration scale (epsilon or Gaussian sigma).
+
+    Args:
+        start: scale at frame 0.
+        end: scale after ``anneal_frames`` frames.
+        anneal_frames: frames over which the scale moves from ``start`` to ``end``.
+    """
+
+    def __init__(self, start: float, end: float | None = None, anneal_frames: int = 0):
+        self.start = start
+        self.end = start if end is None else end
+        self.anneal_frames = anneal_frames
+
+    def __call__(self, frames: int) -> float:
+        if self.anneal_frames <= 0:
+            return self.end
+        fraction = min(1.0, frames / self.anneal_frames)
+        return self.start + fraction * (self.end - self.start)
+
+
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """``target <- tau * source + (1 - tau) * target`` (``tau=1`` copies)."""
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters(), strict=True):
+            t.lerp_(s, tau)
+
+
+class OffPolicyLearner(L.LightningModule):
+    """Base learner: experience handling, update scheduling, target networks, logging.
+
+    Args:
+        spec: the environment spec.
+        exploration: actor-side exploration schedule.
+        gamma: discount factor.
+        n_step: rewards summed per transition.
+        batch_size: transitions per gradient update.
+        update_to_data: gradient updates per environment frame received.
+        learning_starts: frames stored before the first update.
+        target_tau: soft target update rate (1.0 with ``target_update_period`` > 1 gives
+            periodic hard copies).
+        target_update_period: learner steps between target updates.
+    """
+
+    action_space: str = "continuous"  # or "discrete"; checked against the env at start
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        exploration: Exploration,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        batch_size: int = 256,
+        update_to_data: float = 1.0,
+        learning_starts: int = 1000,
+        target_tau: float = 0.005,
+        target_update_period: int = 1,
+    ):
+        super().__init__()
+        _check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period)
+        if update_to_data <= 0:
+            raise ValueError(f"update_to_data must be positive, got {update_to_data}")
+        if not 0 < target_tau <= 1:
+            raise ValueError(f"target_tau must be in (0, 1], got {target_tau}")
+        self.automatic_optimization = False
+        self.spec = spec
+        self.exploration = exploration
+        self.gamma = gamma
+        self.n_step = n_step
+        self.batch_size = batch_size
+        self.update_to_data = update_to_data
+        self.learning_starts = learning_starts
+        self.target_tau = target_tau
+        self.target_update_period = target_update_period
+        self.actors = None
+        self.replay: ReplayBuffer | None = None
+        self.frames = 0
+        self.learner_steps = 0
+        self._update_debt = 0.0
+        self.time_collect = 0.0
+        self.time_learn = 0.0
+        self._batch_ready_at = None
+
+    # --- what an algorithm provides -------------------------------------------------
+
+    @property
+    @abstractmethod
+    def behaviour_network(self) -> nn.Module:
+        """The network the actors run (Q-network or deterministic actor)."""
+
+    @abstractmethod
+    def update(self, sample: Sample) -> dict[str, torch.Tensor]:
+        """One gradient update; returns named, detached loss terms (``loss_*``) and metrics."""
+
+    @abstractmethod
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``(target, online)`` network pairs kept in sync by :meth:`update_targets`."""
+
+    def act(self, observation: torch.Tensor) -> torch.Tensor:
+        """Deterministic (greedy) action of the fp32 learner policy for a batch."""
+        with torch.no_grad():
+            out = self.behaviour_network(observation.to(self.device))
+        return (out.argmax(-1) if self.spec.discrete else out).cpu()
+
+    # --- the shared loop ------------------------------------------------------------
+
+    def attach(self, actors, replay: ReplayBuffer) -> None:
+        """Connects the actor pool and the replay buffer (done by ``actorq.train``)."""
+        self.actors = actors
+        self.replay = replay
+
+    @property
+    def policy(self) -> ExplorationPolicy:
+        # A fresh wrapper around the live network, carrying the current exploration scale.
+        return ExplorationPolicy(self.behaviour_network, self.spec, self.exploration(self.frames))
+
+    def train_dataloader(self):
+        if self.actors is None:
+            raise RuntimeError("attach(actors, replay) before fitting the learner")
+        return self.actors
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch  # experience goes into the CPU replay buffer as it is
+
+    def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
+        started = time.perf_counter()
+        if self._batch_ready_at is not None:
+            self.time_collect += started - self._batch_ready_at
+        self.replay.extend(nstep_transitions(batch, self.n_step, self.gamma))
+        self.frames += batch.numel()
+        metrics = self._learn(batch.numel())
+        self.time_learn += time.perf_counter() - started
+        self._batch_ready_at = time.perf_counter()
+        self._log(batch, metrics)
+
+    def _learn(self, new_frames: int) -> dict[str, torch.Tensor]:
+        if self.frames < self.learning_starts or len(self.replay) < self.batch_size:
+            return {}
+        self._update_debt += new_frames * self.update_to_data
+        metrics: dict[str, torch.Tensor] = {}
+        while self._update_debt >= 1:
+            self._update_debt -= 1
+            sample = self.replay.sample(self.batch_size)
+            sample.batch = sample.batch.to(self.device)
+            sample.weights = sample.weights.to(self.device)
+            metrics = self.update(sample)
+            self.learner_steps += 1
+            if self.learner_steps % self.target_update_period == 0:
+                self.update_targets()
+        return metrics
+
+    def update_targets(self) -> None:
+        for target, online in self.target_pairs():
+            soft_update(target, online, self.target_tau)
+
+    def feed_priorities(self, sample: Sample, td_error: torch.Tensor) -> None:
+        """Sends ``|td_error|`` back to the replay (a no-op for uniform replay)."""
+        self.replay.update_priorities(sample.indices, td_error.detach().abs().cpu())
+
+    def _log(self, batch: TensorDictBase, metrics: dict[str, torch.Tensor]) -> None:
+        values = {f"train/{name}": float(value) for name, value in metrics.items()}
+        values.update(collect_metrics(batch))
+        total_time = self.time_collect + self.time_learn
+        values.update(
+            {
+                "collect/frames": float(self.frames),
+                "train/learner_steps": float(self.learner_steps),
+                "collect/exploration": self.exploration(self.frames),
+                "time/collect_fraction": self.time_collect / total_time if total_time else 0.0,
+                "time/learn_s": self.time_learn,
+                "time/samples_per_insert": self.learner_steps * self.batch_size / max(1, self.frames),
+                # Lightning uses a logged "step" as the x-axis: env frames.
+                "step": float(self.frames),
+            }
+        )
+        self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
+
+    # --- checkpoints ----------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["actorq"] = {
+            "frames": self.frames,
+            "learner_steps": self.learner_steps,
+            "replay": self.replay.state_dict() if self.replay is not None else {},
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("actorq", {})
+        self.frames = state.get("frames", 0)
+        self.learner_steps = state.get("learner_steps", 0)
+
+
+def collect_metrics(batch: TensorDictBase) -> dict[str, float]:
+    """Returns of the episodes that ended in ``batch`` (``collect/episode_return``)."""
+    done = batch["next", "done"].reshape(-1)
+    if "episode_reward" in batch["next"].keys() and done.any():
+        returns = batch["next", "episode_reward"].reshape(-1)[done]
+        return {"collect/episode_return": float(returns.mean())}
+    return {}
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+

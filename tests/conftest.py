@@ -1,0 +1,33 @@
+"""Shared fixtures: composing the real Hydra config the way the command line does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+
+@pytest.fixture
+def make_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
+    """``make_cfg("+experiment=dqn_cartpole", "seed=1")`` -> a composed config in tmp_path."""
+
+    def _make(*overrides: str) -> DictConfig:
+        with initialize_config_module("actorq.conf", version_base="1.3"):
+            return compose("config", overrides=[f"run_dir={tmp_path}", *overrides])
+
+    return _make
+
+
+TINY = (
+    "actors.total_frames=600",
+    "actors.frames_per_batch=100",
+    "actors.init_random_frames=100",
+    "algo.learning_starts=200",
+    "algo.batch_size=32",
+    "eval.every_frames=300",
+    "eval.episodes=1",
+)
+"""Overrides that make any experiment finish in seconds (a smoke run, not a learning run)."""

@@ -1,0 +1,111 @@
+"""Each learner's update on random data: named loss terms, targets by the paper's formula."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from actorq.algos.base import Exploration, soft_update
+from actorq.algos.ddpg import DDPG
+from actorq.algos.dqn import DQN
+from actorq.algos.td3 import TD3
+from actorq.envs import EnvSpec
+from actorq.replay.base import Sample
+from tests.helpers import attach_trainer
+
+CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+
+
+def random_sample(spec, size=32):
+    action = (torch.randint(spec.num_actions, (size,)) if spec.discrete
+              else torch.rand(size, spec.action_dim) * 4 - 2)
+    batch = TensorDict(
+        {"observation": torch.randn(size, spec.obs_dim), "action": action,
+         "reward": torch.randn(size), "next_observation": torch.randn(size, spec.obs_dim),
+         "discount": torch.full((size,), 0.99)},
+        batch_size=[size],
+    )
+    return Sample(batch, torch.arange(size), torch.ones(size))
+
+
+class RecordingReplay:
+    def __init__(self):
+        self.priorities = None
+
+    def update_priorities(self, indices, priorities):
+        self.priorities = priorities
+
+
+@pytest.mark.parametrize(
+    ("make", "spec", "terms"),
+    [
+        (lambda: DQN(DISCRETE, Exploration(0.1), hidden=(16,)), DISCRETE, {"loss_value"}),
+        (lambda: DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,)), CONTINUOUS,
+         {"loss_value", "loss_actor"}),
+        (lambda: TD3(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,), policy_delay=1),
+         CONTINUOUS, {"loss_value", "loss_actor"}),
+    ],
+)
+def test_update_returns_named_terms_and_feeds_priorities(make, spec, terms):
+    learner = make()
+    replay = RecordingReplay()
+    learner.replay = replay
+    attach_trainer(learner)
+    sample = random_sample(spec)
+    losses = [float(learner.update(sample)["loss_value"]) for _ in range(60)]
+    metrics = learner.update(sample)
+    assert terms <= set(metrics)
+    assert losses[-1] < losses[0]  # fitting a fixed batch lowers the TD loss
+    assert replay.priorities.shape == (32,) and (replay.priorities >= 0).all()
+
+
+def test_dqn_double_target():
+    learner = DQN(DISCRETE, Exploration(0.1), hidden=(16,), double=True)
+    batch = random_sample(DISCRETE).batch
+    with torch.no_grad():
+        online_best = learner.q_network(batch["next_observation"]).argmax(-1, keepdim=True)
+        expected = batch["reward"] + 0.99 * learner.q_target(batch["next_observation"]).gather(-1, online_best).squeeze(-1)
+    assert torch.allclose(learner.td_target(batch), expected)
+
+
+def test_td3_uses_the_smaller_twin_and_delays_the_actor():
+    learner = TD3(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,), target_noise=0.0)
+    batch = random_sample(CONTINUOUS).batch
+    with torch.no_grad():
+        next_action = learner.actor_target(batch["next_observation"])
+        q1, q2 = (q(batch["next_observation"], next_action) for q in learner.critics_target)
+        expected = batch["reward"] + 0.99 * torch.min(q1, q2)
+    assert torch.allclose(learner.td_target(batch), expected)
+    learner.replay = RecordingReplay()
+    attach_trainer(learner)
+    updates = []
+    for step in range(4):
+        updates.append("loss_actor" in learner.update(random_sample(CONTINUOUS)))
+        learner.learner_steps += 1
+    assert updates == [False, True, False, True]
+
+
+def test_td3_target_smoothing_stays_in_bounds():
+    learner = TD3(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,), target_noise=10.0)
+    actions = learner.target_action(torch.randn(500, 3))
+    assert actions.min() >= -2 and actions.max() <= 2
+
+
+def test_soft_update():
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    expected = 0.9 * a.weight.detach() + 0.1 * b.weight.detach()
+    soft_update(a, b, 0.1)
+    assert torch.allclose(a.weight, expected)
+
+
+def test_exploration_schedule():
+    schedule = Exploration(1.0, 0.1, anneal_frames=100)
+    assert schedule(0) == 1.0 and schedule(50) == pytest.approx(0.55) and schedule(1000) == pytest.approx(0.1)
+    assert Exploration(0.2)(10**6) == 0.2
+
+
+def test_invalid_sizes_are_rejected():
+    with pytest.raises(ValueError, match="batch_size"):
+        DQN(DISCRETE, Exploration(0.1), batch_size=0)
+    with pytest.raises(ValueError, match="update_to_data"):
+        DDPG(CONTINUOUS, Exploration(0.1), update_to_data=0)

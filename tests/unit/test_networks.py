@@ -1,0 +1,53 @@
+import pytest
+import torch
+
+from actorq.actors.policy import ExplorationPolicy
+from actorq.envs import EnvSpec
+from actorq.networks import Critic, DeterministicActor, QNetwork
+
+CONTINUOUS = EnvSpec(obs_dim=5, discrete=False, action_dim=2, action_low=(-1.0, 0.0), action_high=(1.0, 4.0))
+DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=3)
+
+
+def test_shapes_come_from_the_spec():
+    assert DeterministicActor(CONTINUOUS, (16,))(torch.zeros(7, 5)).shape == (7, 2)
+    assert QNetwork(DISCRETE, (16, 16))(torch.zeros(7, 4)).shape == (7, 3)
+    assert Critic(CONTINUOUS, (16,))(torch.zeros(7, 5), torch.zeros(7, 2)).shape == (7,)
+    assert Critic(CONTINUOUS, (16,), layer_norm=True, out_dim=51)(torch.zeros(7, 5), torch.zeros(7, 2)).shape == (7, 51)
+
+
+def test_actor_respects_bounds():
+    actor = DeterministicActor(CONTINUOUS, (16,))
+    with torch.no_grad():
+        actor.trunk[-1].bias.copy_(torch.tensor([100.0, -100.0]))
+    out = actor(torch.zeros(1, 5))
+    assert out[0].tolist() == pytest.approx([1.0, 0.0], abs=1e-5)
+
+
+def test_wrong_action_space_is_rejected():
+    with pytest.raises(ValueError, match="discrete"):
+        QNetwork(CONTINUOUS, (8,))
+    with pytest.raises(ValueError, match="continuous"):
+        DeterministicActor(DISCRETE, (8,))
+
+
+def test_epsilon_greedy():
+    net = QNetwork(DISCRETE, (8,))
+    with torch.no_grad():
+        net.trunk[-1].bias.copy_(torch.tensor([0.0, 50.0, 0.0]))
+    obs = torch.zeros(2000, 4)
+    assert (ExplorationPolicy(net, DISCRETE, 0.0)(obs) == 1).all()
+    random_share = (ExplorationPolicy(net, DISCRETE, 0.3)(obs) != 1).float().mean()
+    assert 0.15 < random_share < 0.25  # 0.3 * 2/3 of random picks are not the greedy one
+
+
+def test_gaussian_noise_is_clipped_to_bounds():
+    policy = ExplorationPolicy(DeterministicActor(CONTINUOUS, (8,)), CONTINUOUS, 5.0)
+    actions = policy(torch.zeros(1000, 5))
+    assert actions.std(0).min() > 0.3
+    assert (actions[:, 0].abs() <= 1).all() and (actions[:, 1] >= 0).all() and (actions[:, 1] <= 4).all()
+
+
+def test_unbatched_observation():
+    policy = ExplorationPolicy(QNetwork(DISCRETE, (8,)), DISCRETE, 0.1)
+    assert policy(torch.zeros(4)).shape == ()

@@ -1,0 +1,59 @@
+import pytest
+import torch
+from tensordict import TensorDict
+
+from actorq.nstep import nstep_transitions
+
+
+def trajectory(rewards, terminated=None, done=None):
+    steps = len(rewards)
+    terminated = terminated or [False] * steps
+    done = done or terminated
+    return TensorDict(
+        {
+            "observation": torch.arange(steps, dtype=torch.float32).unsqueeze(-1),
+            "action": torch.zeros(steps, 1),
+            "next": {
+                "observation": torch.arange(1, steps + 1, dtype=torch.float32).unsqueeze(-1),
+                "reward": torch.tensor(rewards, dtype=torch.float32).unsqueeze(-1),
+                "terminated": torch.tensor(terminated).unsqueeze(-1),
+                "done": torch.tensor(done).unsqueeze(-1),
+            },
+        },
+        batch_size=[steps],
+    )
+
+
+def test_one_step_is_the_plain_transition():
+    out = nstep_transitions(trajectory([1.0, 2.0, 3.0], terminated=[False, False, True]), 1, 0.9)
+    assert out["reward"].tolist() == [1.0, 2.0, 3.0]
+    assert out["discount"].tolist() == pytest.approx([0.9, 0.9, 0.0])
+    assert out["next_observation"].squeeze(-1).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_three_step_sums_rewards_and_stops_at_episode_end():
+    batch = trajectory([1.0, 1.0, 1.0, 1.0, 1.0], terminated=[False, True, False, False, False])
+    out = nstep_transitions(batch, 3, 0.5)
+    # t=0 stops after step 1 (terminated), t=2 sums 3 rewards, t=4 runs out of batch.
+    assert out["reward"].tolist() == pytest.approx([1.5, 1.0, 1.75, 1.5, 1.0])
+    assert out["discount"].tolist() == pytest.approx([0.0, 0.0, 0.125, 0.25, 0.5])
+    assert out["next_observation"].squeeze(-1).tolist() == [2.0, 2.0, 5.0, 5.0, 5.0]
+
+
+def test_truncation_bootstraps_but_termination_does_not():
+    batch = trajectory([1.0, 1.0, 1.0], terminated=[False, False, False], done=[True, False, False])
+    out = nstep_transitions(batch, 2, 0.5)
+    assert out["reward"][0] == 1.0 and out["discount"][0] == pytest.approx(0.5)
+    assert out["next_observation"][0].item() == 1.0
+
+
+def test_batched_envs_are_flattened_in_order():
+    a, b = trajectory([1.0, 2.0]), trajectory([3.0, 4.0])
+    out = nstep_transitions(torch.stack([a, b]), 1, 0.9)
+    assert out.batch_size == torch.Size([4])
+    assert out["reward"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_rejects_n_below_one():
+    with pytest.raises(ValueError, match="n-step"):
+        nstep_transitions(trajectory([1.0]), 0, 0.9)
