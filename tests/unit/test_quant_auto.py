@@ -1,0 +1,81 @@
+"""bits=auto: the fastest faithful precision, never slower than fp32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actorq.envs import EnvSpec
+from actorq.networks import DeterministicActor
+from actorq.quant import QuantSpec, choose, resolve_precision, select_precision, time_forward
+from actorq.quant.auto import candidate_specs
+
+SPEC = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
+NO_ERROR = {"fp32": 0.0, "bf16": 0.0, "int8_static": 0.0, "int8_dynamic": 0.0}
+
+
+def test_picks_the_fastest_candidate():
+    timings = {"fp32": 100.0, "bf16": 60.0, "int8_static": 20.0, "int8_dynamic": 25.0}
+    assert choose(timings, NO_ERROR, tolerance=0.05) == "int8_static"
+
+
+def test_skips_candidates_outside_the_tolerance():
+    timings = {"fp32": 100.0, "bf16": 60.0, "int8_static": 20.0, "int8_dynamic": 25.0}
+    errors = {**NO_ERROR, "int8_static": 0.2, "int8_dynamic": 0.06}
+    assert choose(timings, errors, tolerance=0.05) == "bf16"
+
+
+@pytest.mark.parametrize(
+    "timings",
+    [
+        {"fp32": 40.0, "bf16": 90.0, "int8_static": 70.0, "int8_dynamic": 75.0},  # narrow net, batch 1
+        {"fp32": 40.0, "bf16": 41.0, "int8_static": 39.0, "int8_dynamic": 45.0},  # within noise
+    ],
+)
+def test_keeps_fp32_unless_something_is_clearly_faster(timings):
+    assert choose(timings, NO_ERROR, tolerance=0.05, margin=0.05) == "fp32"
+
+
+def test_fp32_even_when_nothing_is_faithful():
+    timings = {"fp32": 100.0, "bf16": 60.0, "int8_static": 20.0}
+    errors = {"fp32": 0.0, "bf16": 1.0, "int8_static": 1.0}
+    assert choose(timings, errors, tolerance=0.05) == "fp32"
+
+
+def test_candidates_keep_the_configured_observer_and_granularity():
+    spec = QuantSpec(bits="auto", observer="fixed", granularity="per_tensor")
+    candidates = candidate_specs(spec)
+    assert candidates["fp32"].bits == 32 and candidates["bf16"].bits == 16
+    assert candidates["int8_static"].observer == "fixed"
+    assert candidates["int8_dynamic"].granularity == "per_tensor"
+
+
+def test_concrete_specs_pass_through_unchanged():
+    spec = QuantSpec(bits=8, mode="dynamic")
+    assert resolve_precision(torch.nn.Identity(), spec, batch_size=4) == (spec, None)
+
+
+def test_wide_actor_at_batch_one_gets_int8_and_it_really_is_faster():
+    torch.manual_seed(0)
+    actor = DeterministicActor(SPEC, (2048, 2048, 2048)).eval()
+    observations = torch.randn(256, SPEC.obs_dim)
+    choice = select_precision(actor, QuantSpec(bits="auto"), batch_size=1, observations=observations, iterations=60)
+    assert choice.name.startswith("int8"), choice.timings_us
+    assert choice.spec.bits == 8
+    assert choice.action_errors[choice.name] <= 0.05
+    # A fresh measurement of the pick against the plain fp32 network.
+    from actorq.quant import QuantizedNetwork
+
+    picked = QuantizedNetwork.from_network(actor, choice.spec, calibration=observations)
+    batch = observations[:1]
+    assert time_forward(picked, batch, iterations=30).median_us < time_forward(actor, batch, iterations=30).median_us
+    metrics = choice.metrics()
+    assert metrics["quant/auto_speedup"] > 1 and "quant/auto_us/bf16" in metrics
+
+
+def test_real_run_never_picks_something_slower_than_fp32():
+    torch.manual_seed(0)
+    actor = DeterministicActor(SPEC, (32, 32)).eval()
+    choice = select_precision(actor, QuantSpec(bits="auto"), batch_size=1, iterations=90)
+    assert set(choice.timings_us) == {"fp32", "bf16", "int8_static", "int8_dynamic"}
+    assert choice.timings_us[choice.name] <= choice.timings_us["fp32"]

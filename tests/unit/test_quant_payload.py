@@ -1,0 +1,230 @@
+"""Learner-side payloads and the actors' QuantizedNetwork agree, at every precision."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from actorq.envs import EnvSpec
+from actorq.errors import ConfigError
+from actorq.networks import DeterministicActor, QNetwork, mlp
+from actorq.quant import (
+    QuantizedNetwork,
+    QuantSpec,
+    action_agreement,
+    action_error,
+    dequantized_weights,
+    fidelity_metrics,
+    payload_nbytes,
+    quantize,
+    reference_module,
+    weight_error,
+)
+
+CONTINUOUS = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
+DISCRETE = EnvSpec(obs_dim=8, discrete=True, num_actions=4)
+HIDDEN = (64, 64)
+PLAIN_DTYPES = {torch.int8, torch.int32, torch.float32, torch.bfloat16}
+
+INT8_SPECS = [
+    QuantSpec(bits=8, mode=mode, granularity=granularity, calibration=calibration)
+    for mode in ("static", "dynamic")
+    for granularity in ("per_tensor", "per_channel")
+    for calibration in ("minmax", "moving_average", "histogram")
+    if mode == "static" or calibration == "minmax"
+] + [QuantSpec(bits=8, mode="static", observer="fixed", input_range=(-4.0, 4.0), activation_max=8.0)]
+ALL_SPECS = [QuantSpec(bits=32), QuantSpec(bits=16), *INT8_SPECS] + [
+    QuantSpec(bits=b, mode="dynamic", granularity=g) for b in (2, 4, 7) for g in ("per_tensor", "per_channel")
+]
+
+
+@pytest.fixture(scope="module")
+def actor() -> DeterministicActor:
+    torch.manual_seed(0)
+    return DeterministicActor(CONTINUOUS, HIDDEN).eval()
+
+
+@pytest.fixture(scope="module")
+def observations() -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(512, CONTINUOUS.obs_dim)
+
+
+class LayerNormPolicy(nn.Module):
+    """A policy whose trunk has LayerNorm blocks (the other shape mlp() builds)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = mlp(CONTINUOUS.obs_dim, HIDDEN, CONTINUOUS.action_dim, layer_norm=True)
+        self.head = nn.Tanh()
+
+    def forward(self, x):
+        return self.head(self.trunk(x))
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=QuantSpec.describe)
+def test_payload_holds_plain_tensors_that_fit_the_template(spec, actor, observations):
+    payload = quantize(actor, spec, calibration=observations)
+    assert all(type(t) is torch.Tensor and t.dtype in PLAIN_DTYPES for t in payload.values())
+    template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, spec)
+    assert {k: (v.shape, v.dtype) for k, v in template.payload().items()} == {
+        k: (v.shape, v.dtype) for k, v in payload.items()
+    }
+    # TorchRL's weight sync sees exactly what TensorDict.from_module sees.
+    synced = TensorDict.from_module(template).keys()
+    assert set(payload) | {"version"} <= set(synced)
+
+
+@pytest.mark.parametrize("spec", INT8_SPECS, ids=lambda s: f"{s.describe()} {s.observer} {s.calibration}")
+def test_int8_actors_compute_exactly_what_torch_ao_converted(spec, actor, observations):
+    quantized = QuantizedNetwork.from_network(actor, spec, calibration=observations)
+    reference = reference_module(actor, spec, calibration=observations)
+    torch.testing.assert_close(quantized(observations), reference(observations), atol=1e-6, rtol=0)
+    assert action_error(actor, quantized, observations) < 0.03
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=QuantSpec.describe)
+def test_quantized_actions_stay_close_to_fp32(spec, actor, observations):
+    quantized = QuantizedNetwork.from_network(actor, spec, calibration=observations)
+    tolerance = {32: 0.0, 16: 0.01, 8: 0.03, 7: 0.03, 4: 0.1, 2: 0.5}[spec.bits]
+    assert action_error(actor, quantized, observations) <= tolerance
+
+
+def test_fp32_payload_is_the_network_itself(actor, observations):
+    quantized = QuantizedNetwork.from_network(actor, QuantSpec(bits=32))
+    torch.testing.assert_close(quantized(observations), actor(observations), atol=0, rtol=0)
+
+
+def test_bf16_halves_the_payload_and_runs_in_bf16(actor, observations):
+    payload = quantize(actor, QuantSpec(bits=16))
+    assert {t.dtype for t in payload.values()} == {torch.bfloat16}
+    assert payload_nbytes(payload) * 2 == payload_nbytes(quantize(actor, QuantSpec(bits=32)))
+    quantized = QuantizedNetwork.from_network(actor, QuantSpec(bits=16))
+    out = quantized(observations)
+    assert out.dtype == torch.float32
+    assert 0 < (out - actor(observations)).abs().max() < 0.02
+
+
+@pytest.mark.parametrize("bits", range(2, 8))
+@pytest.mark.parametrize("granularity", ["per_tensor", "per_channel"])
+def test_simulated_bits_leave_at_most_2_to_the_n_levels(bits, granularity, actor):
+    payload = quantize(actor, QuantSpec(bits=bits, mode="dynamic", granularity=granularity))
+    for k, weight in enumerate(dequantized_weights(payload)):
+        groups = [weight] if granularity == "per_tensor" else list(weight)
+        assert max(g.unique().numel() for g in groups) <= 2**bits
+        codes = payload[f"l{k}_weight"]
+        assert -(2 ** (bits - 1)) <= codes.min() and codes.max() <= 2 ** (bits - 1) - 1
+
+
+def test_fewer_bits_mean_larger_errors(actor, observations):
+    errors = [
+        weight_error(actor, quantize(actor, QuantSpec(bits=b, mode="dynamic"))) for b in (2, 3, 4, 5, 6, 7, 8)
+    ]
+    assert errors == sorted(errors, reverse=True)
+    assert errors[-1] < 0.01 < errors[0]
+
+
+def test_int8_payload_of_the_quarl_actor_is_a_quarter_of_fp32():
+    torch.manual_seed(0)
+    wide = DeterministicActor(CONTINUOUS, (2048, 2048, 2048))
+    fp32 = payload_nbytes(quantize(wide, QuantSpec(bits=32)))
+    for spec in (QuantSpec(bits=8, mode="dynamic"), QuantSpec(bits=8, mode="static", observer="fixed")):
+        ratio = payload_nbytes(quantize(wide, spec)) / fp32
+        assert ratio <= 0.26, f"{spec.describe()}: {ratio:.4f}"
+
+
+def test_load_payload_bumps_version_and_changes_actions(actor, observations):
+    spec = QuantSpec(bits=8, mode="static")
+    template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, spec)
+    before, version = template(observations), int(template.version)
+    assert torch.all(before == 0)  # an empty template acts at the centre of the action box
+    template.load_payload(quantize(actor, spec, calibration=observations))
+    assert int(template.version) > version
+    torch.testing.assert_close(template(observations), reference_module(actor, spec, observations)(observations))
+    other = DeterministicActor(CONTINUOUS, HIDDEN)
+    template.load_payload(quantize(other, spec, calibration=observations))
+    assert action_error(other, template, observations) < 0.03
+
+
+def test_in_place_buffer_writes_with_a_new_version_rebuild_the_trunk(actor, observations):
+    """What TorchRL's shared-memory sync does in a worker: copy buffers, version included."""
+    spec = QuantSpec(bits=8, mode="dynamic")
+    worker = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, spec)
+    worker(observations)
+    learner_copy = QuantizedNetwork.from_network(actor, spec)
+    TensorDict.from_module(worker).update_(TensorDict.from_module(learner_copy))
+    torch.testing.assert_close(worker(observations), learner_copy(observations), atol=0, rtol=0)
+
+
+def test_wrong_payload_is_rejected_clearly(actor):
+    template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, QuantSpec(bits=8, mode="dynamic"))
+    with pytest.raises(ConfigError, match="missing"):
+        template.load_payload(quantize(actor, QuantSpec(bits=32)))
+    bigger = DeterministicActor(CONTINUOUS, (32, 32))
+    with pytest.raises(ConfigError, match="expected torch.int8"):
+        template.load_payload(quantize(bigger, QuantSpec(bits=8, mode="dynamic")))
+
+
+def test_static_learned_needs_calibration_but_fixed_does_not(actor, observations):
+    with pytest.raises(ValueError, match="calibration observations"):
+        quantize(actor, QuantSpec(bits=8, mode="static"))
+    fixed = QuantSpec(bits=8, mode="static", observer="fixed", input_range=(-4.0, 4.0), activation_max=8.0)
+    assert action_error(actor, QuantizedNetwork.from_network(actor, fixed), observations) < 0.05
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=QuantSpec.describe)
+def test_pickled_network_and_any_input_rank(spec, actor, observations):
+    quantized = QuantizedNetwork.from_network(actor, spec, calibration=observations)
+    batched = quantized(observations[:4])
+    clone = pickle.loads(pickle.dumps(quantized))  # as a spawned worker receives it
+    torch.testing.assert_close(clone(observations[:4]), batched, atol=0, rtol=0)
+    assert quantized(observations[0]).shape == (CONTINUOUS.action_dim,)
+    stacked = quantized(observations[:4].reshape(2, 2, -1))
+    torch.testing.assert_close(stacked.reshape(4, -1), batched, atol=0, rtol=0)
+    if spec.mode == "static" or spec.bits != 8:  # dynamic int8 ranges depend on the batch
+        torch.testing.assert_close(quantized(observations[0]), batched[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("spec", [QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic"),
+                                  QuantSpec(bits=16), QuantSpec(bits=4, mode="dynamic")], ids=QuantSpec.describe)
+def test_layer_norm_trunks(spec, observations):
+    torch.manual_seed(0)
+    policy = LayerNormPolicy().eval()
+    quantized = QuantizedNetwork.from_network(policy, spec, calibration=observations)
+    assert quantized.layout.layer_norm
+    assert action_error(policy, quantized, observations) < 0.05
+    if spec.is_int8:
+        torch.testing.assert_close(
+            quantized(observations), reference_module(policy, spec, observations)(observations), atol=1e-6, rtol=0
+        )
+
+
+def test_discrete_q_network_keeps_its_greedy_actions(observations):
+    torch.manual_seed(0)
+    q_network = QNetwork(DISCRETE, HIDDEN).eval()
+    obs = torch.randn(512, DISCRETE.obs_dim)
+    quantized = QuantizedNetwork.from_network(q_network, QuantSpec(bits=8, mode="static"), calibration=obs)
+    assert action_agreement(q_network, quantized, obs) > 0.9
+    assert action_error(q_network, quantized, obs, discrete=True) < 0.1
+
+
+def test_unsupported_trunks_are_refused():
+    odd = nn.Module()
+    odd.trunk = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    odd.head = nn.Identity()
+    with pytest.raises(ConfigError, match="Linear -> \\[LayerNorm\\] -> ReLU"):
+        quantize(odd, QuantSpec(bits=8, mode="dynamic"))
+
+
+def test_fidelity_metrics_use_the_documented_names(actor, observations):
+    quantized = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"))
+    metrics = fidelity_metrics(actor, quantized, observations)
+    assert set(metrics) == {
+        "quant/action_error", "quant/weight_error", "quant/payload_bytes", "quant/fp32_bytes", "quant/compression"
+    }
+    assert 0 < metrics["quant/weight_error"] < 0.01
+    assert metrics["quant/compression"] == metrics["quant/payload_bytes"] / metrics["quant/fp32_bytes"]
