@@ -79,3 +79,17 @@ def test_real_run_never_picks_something_slower_than_fp32():
     choice = select_precision(actor, QuantSpec(bits="auto"), batch_size=1, iterations=90)
     assert set(choice.timings_us) == {"fp32", "bf16", "int8_static", "int8_dynamic"}
     assert choice.timings_us[choice.name] <= choice.timings_us["fp32"]
+
+
+def test_inference_benchmark_quick_run_writes_its_table(tmp_path, capsys):
+    import json
+
+    from actorq.bench.inference import main
+
+    out = tmp_path / "inference.json"
+    rows = main(["--quick", "--widths", "32", "--batches", "1", "4", "--iterations", "10", "--out", str(out)])
+    assert [(row["width"], row["batch"]) for row in rows] == [(32, 1), (32, 4)]
+    written = json.loads(out.read_text())["rows"]
+    assert written == rows
+    assert {"fp32_us", "static_us", "dynamic_us", "bf16_us", "auto_us", "auto_pick", "auto_x"} <= set(rows[0])
+    assert "auto, slowest cell" in capsys.readouterr().out
