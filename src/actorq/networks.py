@@ -13,9 +13,11 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from actorq.envs import EnvSpec
@@ -68,6 +70,90 @@ class DeterministicActor(nn.Module):
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(observation))
+
+
+class SquashedGaussianHead(nn.Module):
+    """Trunk output ``[mean, log_std]`` -> a tanh-squashed Gaussian over the action bounds (SAC).
+
+    ``forward`` is the deterministic action ``tanh(mean)`` (rescaled), so evaluation, export and
+    quantization-fidelity checks see the same kind of output as a deterministic actor;
+    :meth:`sample` and :meth:`rsample_with_log_prob` draw from the distribution.
+
+    Args:
+        low: lower action bound per dimension.
+        high: upper action bound per dimension.
+        log_std_min: smallest log standard deviation (before squashing).
+        log_std_max: largest log standard deviation.
+    """
+
+    def __init__(
+        self,
+        low: Sequence[float],
+        high: Sequence[float],
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ):
+        super().__init__()
+        self.squash = TanhScale(low, high)
+        self.log_std_min = log_std_min
+        self.log_std_max = log_std_max
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean, _ = x.chunk(2, dim=-1)
+        return self.squash(mean)
+
+    def distribution(self, x: torch.Tensor) -> torch.distributions.Normal:
+        """The Gaussian before squashing."""
+        mean, log_std = x.chunk(2, dim=-1)
+        log_std = log_std.clamp(self.log_std_min, self.log_std_max)
+        return torch.distributions.Normal(mean, log_std.exp())
+
+    def sample(self, x: torch.Tensor) -> torch.Tensor:
+        """A random action within the bounds (what the actors run)."""
+        return self.squash(self.distribution(x).sample())
+
+    def rsample_with_log_prob(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-density, summed over action dimensions."""
+        gaussian = self.distribution(x)
+        u = gaussian.rsample()
+        # log|d action / d u| = log(half_range) + log(1 - tanh(u)^2), written stably.
+        log_det = torch.log(self.squash.half_range) + 2 * (math.log(2) - u - F.softplus(-2 * u))
+        log_prob = (gaussian.log_prob(u) - log_det).sum(-1)
+        return self.squash(u), log_prob
+
+
+class GaussianActor(nn.Module):
+    """``obs -> action`` from a tanh-squashed Gaussian policy (SAC).
+
+    Attributes:
+        trunk: the MLP (``obs -> [mean, log_std]``) whose ``Linear`` layers quantization replaces.
+        head: a :class:`SquashedGaussianHead` (kept in full precision).
+
+    Example:
+        >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+        >>> actor = GaussianActor(spec, hidden=(64, 64))
+        >>> actor(torch.zeros(5, 3)).shape, actor.sample(torch.zeros(5, 3)).shape
+        (torch.Size([5, 1]), torch.Size([5, 1]))
+    """
+
+    def __init__(self, spec: EnvSpec, hidden: Sequence[int]):
+        super().__init__()
+        if spec.discrete:
+            raise ValueError("GaussianActor needs a continuous action space")
+        self.trunk = mlp(spec.obs_dim, hidden, 2 * spec.action_dim)
+        self.head = SquashedGaussianHead(spec.action_low, spec.action_high)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The deterministic action (the squashed mean)."""
+        return self.head(self.trunk(observation))
+
+    def sample(self, observation: torch.Tensor) -> torch.Tensor:
+        """A random action from the policy."""
+        return self.head.sample(self.trunk(observation))
+
+    def rsample_with_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-probability (for the learner)."""
+        return self.head.rsample_with_log_prob(self.trunk(observation))
 
 
 class QNetwork(nn.Module):

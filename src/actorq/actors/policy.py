@@ -21,17 +21,23 @@ from actorq.envs import EnvSpec
 
 
 class ExplorationPolicy(nn.Module):
-    """Epsilon-greedy over Q-values (discrete) or clipped Gaussian noise (continuous).
+    """Epsilon-greedy over Q-values (discrete), clipped Gaussian noise (continuous), or the
+    network's own sampling (a stochastic policy such as SAC's).
 
     Args:
         network: maps observations ``[B, obs_dim]`` to Q-values or deterministic actions.
         spec: the environment spec (action space kind and bounds).
-        noise_scale: epsilon (discrete) or sigma as a fraction of the half action range.
+        noise_scale: epsilon (discrete) or sigma as a fraction of the half action range;
+            unused when ``stochastic``.
+        stochastic: act with ``network.sample(observation)`` instead of adding noise.
     """
 
-    def __init__(self, network: nn.Module, spec: EnvSpec, noise_scale: float):
+    def __init__(self, network: nn.Module, spec: EnvSpec, noise_scale: float, stochastic: bool = False):
         super().__init__()
+        if stochastic and not hasattr(network, "sample"):
+            raise ValueError(f"a stochastic policy needs a network with sample(), got {type(network).__name__}")
         self.network = network
+        self.stochastic = stochastic
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
         self.register_buffer("noise_scale", torch.tensor(float(noise_scale)))
@@ -43,8 +49,7 @@ class ExplorationPolicy(nn.Module):
         unbatched = observation.dim() == 1
         obs = observation.unsqueeze(0) if unbatched else observation
         with torch.no_grad():
-            out = self.network(obs)
-            action = self._explore(out)
+            action = self.network.sample(obs) if self.stochastic else self._explore(self.network(obs))
         return action.squeeze(0) if unbatched else action
 
     def _explore(self, out: torch.Tensor) -> torch.Tensor:
