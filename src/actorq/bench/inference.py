@@ -60,7 +60,9 @@ def policy_of_width(width: int) -> DeterministicActor:
     return DeterministicActor(spec, (width,) * DEPTH).eval()
 
 
-def best_medians(networks: dict[str, nn.Module], batch: torch.Tensor, iterations: int, rounds: int) -> dict[str, float]:
+def best_medians(
+    networks: dict[str, nn.Module], batch: torch.Tensor, iterations: int, rounds: int
+) -> dict[str, float]:
     """Median µs per forward of each network, best of ``rounds`` interleaved rounds."""
     best = {name: float("inf") for name in networks}
     for _ in range(rounds):
@@ -70,13 +72,17 @@ def best_medians(networks: dict[str, nn.Module], batch: torch.Tensor, iterations
     return best
 
 
-def measure_cell(actor: nn.Module, calibration: torch.Tensor, batch_size: int, args: argparse.Namespace) -> dict:
+def measure_cell(
+    actor: nn.Module, calibration: torch.Tensor, batch_size: int, args: argparse.Namespace
+) -> dict:
     """One (width, batch) row: timings, the auto pick, and speedups over fp32."""
     auto = select_precision(
-        actor, QuantSpec(bits="auto"), batch_size, observations=calibration, iterations=max(args.iterations // 2, 15)
+        actor, QuantSpec(bits="auto"), batch_size,
+        observations=calibration, iterations=max(args.iterations // 2, 15),
     )
     networks: dict[str, nn.Module] = {"fp32": actor}
-    networks.update({name: QuantizedNetwork.from_network(actor, spec, calibration) for name, spec in CANDIDATES.items()})
+    for name, spec in CANDIDATES.items():
+        networks[name] = QuantizedNetwork.from_network(actor, spec, calibration)
     networks["auto"] = QuantizedNetwork.from_network(actor, auto.spec, calibration)
     batch = calibration[:batch_size]
     us = best_medians(networks, batch, args.iterations, args.rounds)
@@ -93,7 +99,10 @@ def check_targets(rows: list[dict]) -> list[str]:
         if row["width"] == 2048 and row["batch"] == 1:
             best = max(row["static_x"], row["dynamic_x"])
             verdict = "ok" if best >= TARGET_INT8_AT_2048 else "MISSED"
-            lines.append(f"int8 at width 2048 batch 1: {best:.1f}x fp32 (target >= {TARGET_INT8_AT_2048}x) {verdict}")
+            lines.append(
+                f"int8 at width 2048 batch 1: {best:.1f}x fp32 "
+                f"(target >= {TARGET_INT8_AT_2048}x) {verdict}"
+            )
     worst = min(rows, key=lambda row: row["auto_x"])
     verdict = "ok" if worst["auto_x"] >= TARGET_AUTO else "MISSED"
     lines.append(

@@ -29,7 +29,9 @@ with warnings.catch_warnings():
 # The deprecation is known and contained in this module; actors would otherwise print it in
 # every worker process on the first quantized forward.
 warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel")
-warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization.*deprecated", category=DeprecationWarning)
+warnings.filterwarnings(
+    "ignore", message=r".*torch\.ao\.quantization.*deprecated", category=DeprecationWarning
+)
 
 ACTIVATION_DTYPE = torch.quint8
 WEIGHT_DTYPE = torch.qint8
@@ -184,8 +186,8 @@ def _calibration_chunks(
     staged: _Staged,
     chunks: int,
 ) -> list[torch.Tensor]:
-    if calibration is None:
-        # Fixed observers ignore the values; one pass still records the weights' ranges.
+    if calibration is None or len(calibration) == 0:
+        # Fixed observers ignore the values; the pass only has to run once.
         in_features = next(m for m in staged.trunk.modules() if isinstance(m, nn.Linear)).in_features
         calibration = torch.empty(2, in_features).uniform_(*input_range)
     calibration = calibration.detach().float().reshape(-1, calibration.shape[-1])

@@ -141,8 +141,9 @@ def resolve_precision(
     """``spec`` itself, or for ``bits="auto"`` the spec :func:`select_precision` picks.
 
     Example:
-        >>> resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
-        (QuantSpec(bits=8, mode='static', observer='learned', calibration='minmax', granularity='per_channel', input_range=(-10.0, 10.0), activation_max=20.0, calibration_samples=512, auto_tolerance=0.05), None)
+        >>> spec, choice = resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
+        >>> spec.describe(), choice
+        ('int8 static per_channel', None)
     """
     if not spec.is_auto:
         return spec, None

@@ -112,13 +112,15 @@ class QuantizedNetwork(nn.Module):
         if set(payload) != set(expected):
             missing, extra = sorted(set(expected) - set(payload)), sorted(set(payload) - set(expected))
             raise ConfigError(
-                f"payload does not fit this {self.quant.describe()} network: missing {missing}, unexpected {extra}"
+                f"payload does not fit this {self.quant.describe()} network: "
+                f"missing {missing}, unexpected {extra}"
             )
         for name, (shape, dtype) in expected.items():
             value = payload[name]
             if tuple(value.shape) != shape or value.dtype != dtype:
                 raise ConfigError(
-                    f"payload tensor {name} is {value.dtype}{list(value.shape)}, expected {dtype}{list(shape)}"
+                    f"payload tensor {name} is {value.dtype}{list(value.shape)}, "
+                    f"expected {dtype}{list(shape)}"
                 )
             getattr(self, name).copy_(value)
         self.version.fill_(next(_next_version))

@@ -59,7 +59,9 @@ def quantize(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | No
         return _simulated_payload(network.trunk, layout, spec)
 
 
-def reference_module(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | None = None) -> nn.Module:
+def reference_module(
+    network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | None = None
+) -> nn.Module:
     """The torch.ao module that :func:`quantize` extracts an int8 payload from, with the head.
 
     Useful to check that actors compute exactly what the learner quantized.

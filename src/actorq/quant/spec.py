@@ -78,7 +78,9 @@ class QuantSpec:
             )
         low, high = self.input_range
         if not low < high:
-            raise ConfigError(f"quant.input_range must be [low, high] with low < high, got {list(self.input_range)}")
+            raise ConfigError(
+                f"quant.input_range must be [low, high] with low < high, got {list(self.input_range)}"
+            )
         _check_positive("activation_max", self.activation_max)
         _check_positive("calibration_samples", self.calibration_samples)
         if self.auto_tolerance < 0:
