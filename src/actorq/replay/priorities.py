@@ -1,0 +1,136 @@
+"""Prioritized experience replay's sampling rule (Schaul et al., 2016) over a K-ary sum tree.
+
+Slot ``i`` with priority ``p_i`` is drawn with probability ``P(i) = p_i^alpha / sum_k p_k^alpha``
+and carries the importance-sampling weight ``w_i = (N * P(i))^-beta / max_k w_k``, where the
+maximum runs over every stored slot (the one with the smallest priority). ``beta`` rises
+linearly to 1 as training proceeds. New slots get the largest priority seen so far, so each
+transition is replayed at least once soon after it arrives.
+
+Example:
+    >>> priorities = Priorities(capacity=4, alpha=1.0, beta=1.0)
+    >>> priorities.add(np.arange(4))
+    >>> priorities.update(np.array([0]), np.array([3.0]))
+    >>> priorities.probabilities(np.array([0, 1])).round(3).tolist()
+    [0.5, 0.167]
+    >>> priorities.weights(np.array([0, 1])).round(3).tolist()
+    [0.333, 1.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from actorq.replay.sumtree import SumTree
+
+
+class Priorities:
+    """Per-slot priorities, stratified sampling, importance weights and ``beta`` annealing.
+
+    Args:
+        capacity: number of slots.
+        alpha: priority exponent; 0 samples uniformly, 1 fully by priority.
+        beta: initial importance-sampling exponent, in ``[0, 1]``.
+        beta_annealing_steps: number of :meth:`anneal` calls over which ``beta`` rises
+            linearly to 1; 0 uses ``beta = 1`` from the start.
+        fanout: children per sum-tree node, a power of two.
+        eps: added to every priority so that no transition becomes unreachable.
+        seed: seed of the sampling generator.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_annealing_steps: int = 100_000,
+        fanout: int = 16,
+        eps: float = 1e-6,
+        seed: int = 0,
+    ):
+        _check_arguments(capacity, alpha, beta, beta_annealing_steps, fanout, eps)
+        self.tree = SumTree(capacity, fanout)
+        self.alpha = alpha
+        self.initial_beta = beta
+        self.beta_annealing_steps = beta_annealing_steps
+        self.eps = eps
+        self.max_priority = 1.0
+        self.steps = 0
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def beta(self) -> float:
+        """The current importance-sampling exponent."""
+        if self.steps >= self.beta_annealing_steps:
+            return 1.0
+        progress = self.steps / self.beta_annealing_steps
+        return self.initial_beta + (1.0 - self.initial_beta) * progress
+
+    def anneal(self) -> None:
+        """Moves ``beta`` one step towards 1."""
+        self.steps += 1
+
+    def add(self, slots: np.ndarray) -> None:
+        """Gives ``slots`` the largest priority seen so far."""
+        self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
+
+    def clear(self, slots: np.ndarray) -> None:
+        """Makes ``slots`` impossible to draw."""
+        self.tree.update(slots, np.zeros(len(slots)))
+
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the priorities (e.g. absolute TD errors, non-negative) of ``slots``."""
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if not len(priorities):
+            return
+        lowest, highest = priorities.min(), priorities.max()
+        if not (lowest >= 0 and highest < np.inf):  # also false for NaN
+            raise ValueError("priorities must be finite and non-negative")
+        self.max_priority = max(self.max_priority, float(highest) + self.eps)
+        self.tree.update(slots, (priorities + self.eps) ** self.alpha)
+
+    def draw(self, batch_size: int) -> np.ndarray:
+        """``batch_size`` slots, one from each of ``batch_size`` equal slices of the total
+        priority mass (stratified sampling), in increasing order of slot."""
+        total = self.tree.total
+        if total <= 0:
+            raise RuntimeError("cannot sample: no slot has a positive priority")
+        strata = np.arange(batch_size) + self.rng.random(batch_size)
+        return self.tree.find(strata * (total / batch_size))
+
+    def probabilities(self, slots: np.ndarray) -> np.ndarray:
+        """``P(i)`` for each slot."""
+        return self.tree.values(slots) / np.float64(self.tree.total)
+
+    def weights(self, slots: np.ndarray) -> np.ndarray:
+        """Importance-sampling weights at the current ``beta``, at most 1."""
+        # (N * P(i))^-beta / (N * P_min)^-beta == (p_i / p_min)^-beta: N and the total cancel.
+        return (self.tree.values(slots) / np.float64(self.tree.min_positive)) ** -self.beta
+
+    def state_dict(self) -> dict:
+        return {
+            "max_priority": self.max_priority,
+            "steps": self.steps,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.max_priority = state["max_priority"]
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
+
+
+def _check_arguments(
+    capacity: int, alpha: float, beta: float, beta_annealing_steps: int, fanout: int, eps: float
+) -> None:
+    if capacity <= 0:
+        raise ValueError(f"replay capacity must be positive, got {capacity}")
+    if alpha < 0:
+        raise ValueError(f"priority exponent alpha must be >= 0, got {alpha}")
+    if not 0 <= beta <= 1:
+        raise ValueError(f"importance-sampling exponent beta must be in [0, 1], got {beta}")
+    if beta_annealing_steps < 0:
+        raise ValueError(f"beta_annealing_steps must be >= 0, got {beta_annealing_steps}")
+    if fanout < 2 or fanout & (fanout - 1):
+        raise ValueError(f"sum-tree fanout must be a power of two >= 2, got {fanout}")
+    if eps < 0:
+        raise ValueError(f"priority eps must be >= 0, got {eps}")

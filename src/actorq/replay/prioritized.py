@@ -1,0 +1,118 @@
+"""Prioritized replay: a ring buffer of transitions drawn in proportion to their priority.
+
+Example:
+    >>> from tensordict import TensorDict
+    >>> buffer = PrioritizedReplay(capacity=100, alpha=0.6, beta=0.4)
+    >>> rows = TensorDict({"observation": torch.zeros(10, 3), "action": torch.zeros(10, 1),
+    ...                    "reward": torch.zeros(10), "next_observation": torch.zeros(10, 3),
+    ...                    "discount": torch.ones(10)}, batch_size=[10])
+    >>> buffer.extend(rows)
+    >>> sample = buffer.sample(4)
+    >>> sample.batch.batch_size, sample.weights.shape
+    (torch.Size([4]), torch.Size([4]))
+    >>> buffer.update_priorities(sample.indices, torch.tensor([0.5, 1.0, 2.0, 0.1]))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from actorq.replay.base import ReplayBuffer, Sample
+from actorq.replay.priorities import Priorities
+from actorq.replay.storage import TransitionStorage
+
+
+class PrioritizedReplay(ReplayBuffer):
+    """Fixed-capacity FIFO storage sampled by priority over a K-ary sum tree.
+
+    Transitions are drawn with probability ``p_i^alpha / sum_k p_k^alpha``, one from each
+    of ``batch_size`` equal slices of the priority mass, and come with importance-sampling
+    weights ``(N * P(i))^-beta`` normalised to at most 1; ``beta`` rises linearly from its
+    initial value to 1 over ``beta_annealing_steps`` calls to :meth:`sample`. New
+    transitions get the largest priority seen so far.
+
+    Args:
+        capacity: maximum number of transitions kept.
+        alpha: priority exponent; 0 samples uniformly.
+        beta: initial importance-sampling exponent, in ``[0, 1]``.
+        beta_annealing_steps: number of :meth:`sample` calls until ``beta`` reaches 1.
+        fanout: children per sum-tree node, a power of two (2 to 256).
+        eps: added to every priority so that no transition becomes unreachable.
+        seed: seed of the sampling generator.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> buffer = PrioritizedReplay(capacity=8, alpha=1.0, beta=1.0)
+        >>> buffer.extend(TensorDict({"reward": torch.arange(4.0)}, batch_size=[4]))
+        >>> buffer.update_priorities(torch.tensor([0, 1, 2, 3]), torch.tensor([0.0, 0, 0, 1]))
+        >>> buffer.sample(2).batch["reward"].tolist()  # only slot 3 has real priority
+        [3.0, 3.0]
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_annealing_steps: int = 100_000,
+        fanout: int = 16,
+        eps: float = 1e-6,
+        seed: int = 0,
+    ):
+        self.priorities = Priorities(
+            capacity, alpha, beta, beta_annealing_steps, fanout, eps, seed
+        )
+        self.capacity = capacity
+        self.storage: TransitionStorage | None = None
+        self.cursor = 0
+        self.size = 0
+
+    @property
+    def beta(self) -> float:
+        """The importance-sampling exponent the next :meth:`sample` uses."""
+        return self.priorities.beta
+
+    def extend(self, transitions: TensorDictBase) -> None:
+        if self.storage is None:
+            self.storage = TransitionStorage(transitions, self.capacity)
+        n = transitions.batch_size[0]
+        if n > self.capacity:
+            transitions = transitions[-self.capacity :]
+            n = self.capacity
+        self.storage.write(self.cursor, transitions)
+        self.priorities.add((self.cursor + np.arange(n)) % self.capacity)
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int) -> Sample:
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        slots = self.priorities.draw(batch_size)
+        weights = self.priorities.weights(slots)
+        self.priorities.anneal()
+        indices = torch.from_numpy(slots)
+        batch = self.storage.read(indices)
+        return Sample(batch, indices, torch.from_numpy(weights.astype(np.float32)))
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        slots = _as_numpy(indices)
+        if len(slots) and (slots.min() < 0 or slots.max() >= self.size):
+            raise ValueError(f"replay indices must lie in [0, {self.size})")
+        self.priorities.update(slots, _as_numpy(priorities))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def state_dict(self) -> dict:
+        return self.priorities.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.priorities.load_state_dict(state)
+
+
+def _as_numpy(values: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)

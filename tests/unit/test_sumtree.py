@@ -1,0 +1,117 @@
+import numpy as np
+import pytest
+
+from actorq.replay.sumtree import SumTree
+
+FANOUTS = [2, 4, 8, 16, 32]
+
+
+def brute_force_find(leaves: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.cumsum(leaves, dtype=np.float64), targets, side="right")
+
+
+def integer_leaves(capacity: int, seed: int) -> np.ndarray:
+    """Small integers (zeros included): their float32 sums are exact, so the tree's answers
+    can be compared with a brute-force search without rounding ties."""
+    return np.random.default_rng(seed).integers(0, 5, capacity).astype(np.float64)
+
+
+@pytest.mark.parametrize("fanout", [0, 1, 3, 12, 512])
+def test_rejects_a_fanout_that_is_not_a_power_of_two_in_range(fanout):
+    with pytest.raises(ValueError, match="fanout must be a power of two"):
+        SumTree(capacity=10, fanout=fanout)
+
+
+def test_rejects_an_empty_capacity():
+    with pytest.raises(ValueError, match="capacity must be positive"):
+        SumTree(capacity=0)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "fanout", "depth"), [(1, 2, 0), (16, 4, 2), (17, 4, 3), (1000, 4, 5), (1000, 16, 3)]
+)
+def test_depth_is_the_ceiling_log_of_the_capacity_for_a_single_root(capacity, fanout, depth):
+    assert SumTree(capacity, fanout, top_size=1).depth == depth
+
+
+def test_levels_stop_at_the_first_one_within_top_size():
+    assert SumTree(2**20, fanout=16, top_size=4096).depth == 2
+    assert SumTree(4096, fanout=16, top_size=4096).depth == 0
+
+
+@pytest.mark.parametrize("fanout", FANOUTS)
+@pytest.mark.parametrize("capacity", [1, 7, 100, 1000])
+def test_find_matches_brute_force_for_any_capacity(fanout, capacity):
+    tree = SumTree(capacity, fanout, top_size=1)
+    leaves = integer_leaves(capacity, seed=capacity)
+    leaves[-1] = 1.0  # at least one positive leaf
+    tree.update(np.arange(capacity), leaves)
+    targets = np.arange(int(leaves.sum())) + 0.5  # one target inside each unit of mass
+    np.testing.assert_array_equal(tree.find(targets), brute_force_find(leaves, targets))
+
+
+def test_fanouts_agree_on_every_answer():
+    capacity = 3000  # not a power of any of the fanouts
+    leaves = integer_leaves(capacity, seed=1)
+    targets = np.arange(int(leaves.sum())) + 0.5
+    answers = []
+    for fanout in FANOUTS:
+        tree = SumTree(capacity, fanout, top_size=1)
+        tree.update(np.arange(capacity), leaves)
+        answers.append(tree.find(targets))
+    for answer in answers[1:]:
+        np.testing.assert_array_equal(answer, answers[0])
+
+
+@pytest.mark.parametrize("fanout", FANOUTS)
+def test_batched_updates_match_a_brute_force_recomputation(fanout):
+    rng = np.random.default_rng(fanout)
+    capacity = 777
+    tree = SumTree(capacity, fanout, top_size=8)
+    leaves = np.zeros(capacity)
+    for _ in range(50):
+        indices = rng.integers(0, capacity, 64)  # with repeats: the last value wins
+        values = rng.integers(0, 5, 64).astype(np.float64)
+        tree.update(indices, values)
+        for index, value in zip(indices, values):
+            leaves[index] = value
+        np.testing.assert_array_equal(tree.values(np.arange(capacity)), leaves)
+        assert tree.total == leaves.sum()
+        assert tree.min_positive == leaves[leaves > 0].min()
+        targets = np.arange(int(leaves.sum())) + 0.5
+        np.testing.assert_array_equal(tree.find(targets), brute_force_find(leaves, targets))
+
+
+def test_zero_leaves_are_never_found_even_for_targets_out_of_range():
+    tree = SumTree(capacity=100, fanout=4, top_size=1)
+    leaves = np.zeros(100)
+    leaves[[3, 50, 51, 97]] = [0.1, 2.0, 1e-3, 0.7]
+    tree.update(np.arange(100), leaves)
+    targets = np.concatenate([np.linspace(0, tree.total, 1001), [-1.0, tree.total * 2, np.inf]])
+    found = tree.find(targets)
+    assert set(found.tolist()) == {3, 50, 51, 97}
+    assert found[-1] == 97  # past the total: the last positive leaf
+    assert found[-3] == 3  # below zero: the first positive leaf
+
+
+def test_find_never_returns_a_zero_leaf_under_float32_rounding():
+    rng = np.random.default_rng(0)
+    capacity = 50_000
+    leaves = rng.random(capacity) ** 8  # many magnitudes, so that float32 sums round
+    leaves[rng.random(capacity) < 0.5] = 0.0
+    tree = SumTree(capacity, fanout=16, top_size=64)
+    tree.update(np.arange(capacity), leaves)
+    targets = np.sort(rng.random(100_000)) * tree.total
+    found = tree.find(np.concatenate([targets, [tree.total, np.nextafter(tree.total, 0)]]))
+    assert (tree.values(found) > 0).all()
+
+
+def test_min_positive_ignores_zero_leaves_and_is_inf_when_all_are_zero():
+    for top_size in (1, 4096):  # a deep tree and a flat one
+        tree = SumTree(capacity=40, fanout=2, top_size=top_size)
+        assert tree.min_positive == np.inf
+        tree.update(np.array([5, 9, 30]), np.array([3.0, 0.5, 2.0]))
+        assert tree.min_positive == 0.5
+        tree.update(np.array([9]), np.array([0.0]))
+        assert tree.min_positive == 2.0
+        assert tree.total == 5.0
