@@ -11,7 +11,8 @@ from torch import nn
 
 from actorq.envs import EnvSpec
 from actorq.errors import ConfigError
-from actorq.networks import DeterministicActor, QNetwork, mlp
+from actorq.actors.policy import ExplorationPolicy
+from actorq.networks import DeterministicActor, GaussianActor, QNetwork, mlp
 from actorq.quant import (
     QuantizedNetwork,
     QuantSpec,
@@ -228,3 +229,19 @@ def test_fidelity_metrics_use_the_documented_names(actor, observations):
     }
     assert 0 < metrics["quant/weight_error"] < 0.01
     assert metrics["quant/compression"] == metrics["quant/payload_bytes"] / metrics["quant/fp32_bytes"]
+
+
+@pytest.mark.parametrize("spec", [QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic")],
+                         ids=QuantSpec.describe)
+def test_stochastic_sac_actor_samples_through_its_quantized_trunk(spec, observations):
+    torch.manual_seed(0)
+    actor = GaussianActor(CONTINUOUS, HIDDEN).eval()
+    template = QuantizedNetwork.template_for(actor, spec)
+    template.load_payload(quantize(actor, spec, calibration=observations))
+    assert action_error(actor, template, observations) < 0.03  # the squashed means
+    policy = ExplorationPolicy(template, CONTINUOUS, noise_scale=0.0, stochastic=True)
+    actions = policy(observations)
+    assert actions.shape == (len(observations), CONTINUOUS.action_dim)
+    assert actions.abs().max() <= 1.0 and actions.std() > 0
+    assert policy(observations[0]).shape == (CONTINUOUS.action_dim,)
+    torch.testing.assert_close(template.features(observations[0]), template.features(observations[:1])[0])

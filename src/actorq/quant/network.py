@@ -79,7 +79,10 @@ class QuantizedNetwork(nn.Module):
         cls, env_spec: EnvSpec, hidden: Sequence[int], quant: QuantSpec, layer_norm: bool = False
     ) -> QuantizedNetwork:
         """A template with the shapes of :class:`~actorq.networks.DeterministicActor` (continuous)
-        or :class:`~actorq.networks.QNetwork` (discrete) and an all-zero payload."""
+        or :class:`~actorq.networks.QNetwork` (discrete) and an all-zero payload.
+
+        For other heads (SAC's :class:`~actorq.networks.GaussianActor`) use :meth:`template_for`.
+        """
         from actorq.networks import TanhScale
 
         if env_spec.discrete:
@@ -89,12 +92,18 @@ class QuantizedNetwork(nn.Module):
         return cls((env_spec.obs_dim, *hidden, out_dim), quant, head=head, layer_norm=layer_norm)
 
     @classmethod
+    def template_for(cls, network: nn.Module, quant: QuantSpec) -> QuantizedNetwork:
+        """A template shaped like an fp32 policy (``trunk`` + ``head``, head copied), with an
+        all-zero payload. Works for any head, e.g. SAC's squashed Gaussian."""
+        layout = TrunkLayout.from_trunk(network.trunk)
+        return cls(layout.sizes, quant, head=copy.deepcopy(network.head), layer_norm=layout.layer_norm)
+
+    @classmethod
     def from_network(
         cls, network: nn.Module, quant: QuantSpec, calibration: torch.Tensor | None = None
     ) -> QuantizedNetwork:
         """Quantizes an fp32 policy (``trunk`` + ``head``) into a new network (head copied)."""
-        layout = TrunkLayout.from_trunk(network.trunk)
-        quantized = cls(layout.sizes, quant, head=copy.deepcopy(network.head), layer_norm=layout.layer_norm)
+        quantized = cls.template_for(network, quant)
         quantized.load_payload(quantize(network, quant, calibration))
         return quantized
 
@@ -137,9 +146,21 @@ class QuantizedNetwork(nn.Module):
         flat = trunk(observation.reshape(-1, observation.shape[-1]))
         return head(flat.reshape(*observation.shape[:-1], flat.shape[-1]))
 
+    def sample(self, observation: torch.Tensor) -> torch.Tensor:
+        """``head.sample(trunk(obs))``: a stochastic policy's action (SAC's actors)."""
+        return self._modules["head"].sample(self.features(observation))
+
+    def features(self, observation: torch.Tensor) -> torch.Tensor:
+        """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
+        trunk = self.executable_trunk()
+        if observation.dim() == 2:
+            return trunk(observation)
+        flat = trunk(observation.reshape(-1, observation.shape[-1]))
+        return flat.reshape(*observation.shape[:-1], flat.shape[-1])
+
     def executable_trunk(self) -> nn.Sequential:
         """The trunk actually run (rebuilt from the current payload if it changed)."""
-        if int(self.version) != self._built_version:
+        if self._buffers["version"].item() != self._built_version:
             self._build()
         return self._trunk
 
