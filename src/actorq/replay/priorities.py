@@ -10,15 +10,17 @@ Example:
     >>> priorities = Priorities(capacity=4, alpha=1.0, beta=1.0)
     >>> priorities.add(np.arange(4))
     >>> priorities.update(np.array([0]), np.array([3.0]))
-    >>> priorities.probabilities(np.array([0, 1])).round(3).tolist()
-    [0.5, 0.167]
-    >>> priorities.weights(np.array([0, 1])).round(3).tolist()
-    [0.333, 1.0]
+    >>> slots, probabilities = priorities.draw(6)  # one slot per sixth of the mass
+    >>> slots.tolist(), probabilities.round(3).tolist()
+    ([0, 0, 0, 1, 2, 3], [0.5, 0.5, 0.5, 0.167, 0.167, 0.167])
+    >>> priorities.weights(probabilities).round(3).tolist()
+    [0.333, 0.333, 0.333, 1.0, 1.0, 1.0]
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from actorq.replay.sumtree import SumTree
 
@@ -69,13 +71,14 @@ class Priorities:
         """Moves ``beta`` one step towards 1."""
         self.steps += 1
 
-    def add(self, slots: np.ndarray) -> None:
-        """Gives ``slots`` the largest priority seen so far."""
-        self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
-
-    def clear(self, slots: np.ndarray) -> None:
-        """Makes ``slots`` impossible to draw."""
-        self.tree.update(slots, np.zeros(len(slots)))
+    def add(self, slots: np.ndarray, available: np.ndarray | None = None) -> None:
+        """Gives ``slots`` the largest priority seen so far, or, where ``available`` is
+        False, priority zero so that they cannot be drawn."""
+        priority = self.max_priority**self.alpha
+        if available is None:
+            self.tree.update(slots, np.full(len(slots), priority))
+        else:
+            self.tree.update(slots, np.where(available, priority, 0.0))
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Sets the priorities (e.g. absolute TD errors, non-negative) of ``slots``."""
@@ -88,23 +91,26 @@ class Priorities:
         self.max_priority = max(self.max_priority, float(highest) + self.eps)
         self.tree.update(slots, (priorities + self.eps) ** self.alpha)
 
-    def draw(self, batch_size: int) -> np.ndarray:
-        """``batch_size`` slots, one from each of ``batch_size`` equal slices of the total
-        priority mass (stratified sampling), in increasing order of slot."""
+    def draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draws ``batch_size`` slots, one from each of ``batch_size`` equal slices of the
+        total priority mass (stratified sampling), in increasing order of slot.
+
+        Returns:
+            The slots and their probabilities ``P(i)``.
+        """
         total = self.tree.total
         if total <= 0:
             raise RuntimeError("cannot sample: no slot has a positive priority")
         strata = np.arange(batch_size) + self.rng.random(batch_size)
-        return self.tree.find(strata * (total / batch_size))
+        slots = self.tree.find(strata * (total / batch_size))
+        return slots, self.tree.values(slots) / np.float64(total)
 
-    def probabilities(self, slots: np.ndarray) -> np.ndarray:
-        """``P(i)`` for each slot."""
-        return self.tree.values(slots) / np.float64(self.tree.total)
-
-    def weights(self, slots: np.ndarray) -> np.ndarray:
-        """Importance-sampling weights at the current ``beta``, at most 1."""
-        # (N * P(i))^-beta / (N * P_min)^-beta == (p_i / p_min)^-beta: N and the total cancel.
-        return (self.tree.values(slots) / np.float64(self.tree.min_positive)) ** -self.beta
+    def weights(self, probabilities: np.ndarray) -> np.ndarray:
+        """Importance-sampling weights of slots drawn with ``probabilities``, at the current
+        ``beta``; the slot with the smallest priority gets weight 1."""
+        # (N * P(i))^-beta / (N * P_min)^-beta: the number of slots N cancels out.
+        smallest = self.tree.min_positive / self.tree.total
+        return (probabilities / smallest) ** -self.beta
 
     def state_dict(self) -> dict:
         return {
@@ -134,3 +140,10 @@ def _check_arguments(
         raise ValueError(f"sum-tree fanout must be a power of two >= 2, got {fanout}")
     if eps < 0:
         raise ValueError(f"priority eps must be >= 0, got {eps}")
+
+
+def as_numpy(values: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A numpy view (or copy, for a GPU tensor) of indices or priorities."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)

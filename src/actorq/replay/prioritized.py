@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDictBase
 
 from actorq.replay.base import ReplayBuffer, Sample
-from actorq.replay.priorities import Priorities
+from actorq.replay.priorities import Priorities, as_numpy
 from actorq.replay.storage import TransitionStorage
 
 
@@ -89,18 +89,18 @@ class PrioritizedReplay(ReplayBuffer):
     def sample(self, batch_size: int) -> Sample:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        slots = self.priorities.draw(batch_size)
-        weights = self.priorities.weights(slots)
+        slots, probabilities = self.priorities.draw(batch_size)
+        weights = self.priorities.weights(probabilities)
         self.priorities.anneal()
         indices = torch.from_numpy(slots)
         batch = self.storage.read(indices)
         return Sample(batch, indices, torch.from_numpy(weights.astype(np.float32)))
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
-        slots = _as_numpy(indices)
+        slots = as_numpy(indices)
         if len(slots) and (slots.min() < 0 or slots.max() >= self.size):
             raise ValueError(f"replay indices must lie in [0, {self.size})")
-        self.priorities.update(slots, _as_numpy(priorities))
+        self.priorities.update(slots, as_numpy(priorities))
 
     def __len__(self) -> int:
         return self.size
@@ -111,8 +111,3 @@ class PrioritizedReplay(ReplayBuffer):
     def load_state_dict(self, state: dict) -> None:
         self.priorities.load_state_dict(state)
 
-
-def _as_numpy(values: torch.Tensor | np.ndarray) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
-        return values.detach().cpu().numpy()
-    return np.asarray(values)

@@ -60,13 +60,21 @@ class TransitionStorage:
                 tensor.share_memory_()
         self._arrays = {dtype: tensor.numpy() for dtype, tensor in self.packed.items()}
 
+    def __getstate__(self) -> dict:
+        # The numpy views would be pickled as copies; shared tensors travel as handles.
+        return {key: value for key, value in self.__dict__.items() if key != "_arrays"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._arrays = {dtype: tensor.numpy() for dtype, tensor in self.packed.items()}
+
     def write(self, start: int, rows: TensorDictBase) -> None:
         """Copies ``rows`` (at most ``capacity``) into slots ``start, start + 1, ...``,
         wrapping around the end."""
         n = rows.batch_size[0]
         first = min(n, self.capacity - start)
         for field in self.fields:
-            values = rows.get(field.key).reshape(n, -1)
+            values = rows[field.key].reshape(n, -1)
             columns = self.packed[field.dtype][:, field.start : field.stop]
             columns[start : start + first] = values[:first]
             if first < n:

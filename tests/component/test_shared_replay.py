@@ -1,0 +1,165 @@
+"""SharedReplay under real concurrency: spawned writer processes and a sampling learner."""
+
+import multiprocessing
+import pickle
+import time
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from actorq.replay.shared import SharedReplay
+
+ID_STRIDE = 1_000_000  # writer w writes ids w * ID_STRIDE + k: exact in float32 for w < 16
+
+
+def rows(ids) -> TensorDict:
+    """Transitions whose every field encodes the row's id, so a half-written row shows."""
+    ids = torch.as_tensor(ids, dtype=torch.float32)
+    n = len(ids)
+    return TensorDict(
+        {
+            "observation": ids[:, None].expand(n, 4).clone(),
+            "action": ids[:, None].expand(n, 2).clone(),
+            "reward": ids.clone(),
+            "next_observation": ids[:, None].expand(n, 4).clone(),
+            "discount": ids.clone(),
+        },
+        batch_size=[n],
+    )
+
+
+def row_ids(batch: TensorDict) -> np.ndarray:
+    """Each row's id, after checking that all of its fields agree on it."""
+    ids = batch["reward"]
+    for key, values in batch.items():
+        flat = values.reshape(len(ids), -1)
+        bad = (flat != ids[:, None]).any(dim=1)
+        assert not bad.any(), f"half-written rows in {key!r}: {batch[bad]}"
+    return ids.numpy().astype(np.int64)
+
+
+def write_ids(writer, writer_index: int, batches: int, batch_size: int) -> None:
+    """Worker process: writes ``batches`` batches of consecutive ids."""
+    torch.set_num_threads(1)
+    first = writer_index * ID_STRIDE
+    for b in range(batches):
+        writer.write(rows(range(first + b * batch_size, first + (b + 1) * batch_size)))
+
+
+def run_writers(buffer, num_writers, batches, batch_size, learn) -> None:
+    """Runs the writer processes while ``learn()`` is called in a loop, then joins them."""
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=write_ids, args=(buffer.writer(), w, batches, batch_size))
+        for w in range(num_writers)
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        while any(worker.is_alive() for worker in workers):
+            learn()
+        for worker in workers:
+            worker.join(timeout=30)
+            assert worker.exitcode == 0
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join()
+
+
+def sample_and_check(buffer, batch_size, rng, sampled: list) -> None:
+    if len(buffer) == 0:
+        time.sleep(0.001)
+        return
+    sample = buffer.sample(batch_size)
+    sampled.append(row_ids(sample.batch))
+    buffer.update_priorities(sample.indices, torch.from_numpy(rng.random(batch_size) * 10))
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_writers_lose_no_transition_and_the_learner_sees_only_whole_rows():
+    num_writers, batches, batch_size = 3, 300, 16
+    total = num_writers * batches * batch_size
+    buffer = SharedReplay(capacity=total, template=rows([0]), seed=0)
+    rng = np.random.default_rng(0)
+    sampled: list[np.ndarray] = []
+    run_writers(buffer, num_writers, batches, batch_size,
+                lambda: sample_and_check(buffer, 64, rng, sampled))
+
+    assert sampled, "the learner never sampled while the writers ran"
+    assert buffer.reserved == total
+    assert len(buffer) == total
+    stored = row_ids(buffer.storage.read(torch.arange(total)))
+    expected = [w * ID_STRIDE + k for w in range(num_writers) for k in range(batches * batch_size)]
+    assert sorted(stored.tolist()) == expected
+    assert set(np.concatenate(sampled).tolist()) <= set(expected)
+
+
+@pytest.mark.timeout(120)
+def test_writers_lapping_a_small_buffer_never_hand_out_half_written_rows():
+    num_writers, batches, batch_size, capacity = 3, 2000, 8, 64
+    buffer = SharedReplay(capacity=capacity, template=rows([0]), seed=1)
+    rng = np.random.default_rng(1)
+    sampled: list[np.ndarray] = []
+    run_writers(buffer, num_writers, batches, batch_size,
+                lambda: sample_and_check(buffer, 32, rng, sampled))
+
+    assert len(sampled) > 10
+    assert buffer.reserved == num_writers * batches * batch_size
+    assert len(buffer) == capacity
+    stored = row_ids(buffer.storage.read(torch.arange(capacity)))
+    # The ring holds the last `capacity` reservations: for each writer, the most recent ones.
+    for w in range(num_writers):
+        mine = np.sort(stored[stored // ID_STRIDE == w]) - w * ID_STRIDE
+        if len(mine):
+            last = batches * batch_size - 1
+            assert mine.tolist() == list(range(last - len(mine) + 1, last + 1))
+    print(f"rows redrawn after being overwritten mid-copy: {buffer.redrawn_rows}")
+
+
+def test_rows_overwritten_while_being_copied_are_drawn_again():
+    buffer = SharedReplay(capacity=4, template=rows([0]), alpha=0.0)
+    buffer.extend(rows([0, 1, 2, 3]))
+    writer = buffer.writer()
+    storage = buffer.storage
+    read = storage.read
+
+    def read_then_get_overwritten(indices):
+        batch = read(indices)
+        if storage.read is read_then_get_overwritten:  # only the first time
+            storage.read = read
+            writer._reserve(2)  # a writer claims slots 0 and 1 and is half-way through
+            storage.write(0, rows([-1, -1]))
+        return batch
+
+    storage.read = read_then_get_overwritten
+    sample = buffer.sample(8)
+    assert buffer.redrawn_rows == 4  # two draws each of slots 0 and 1
+    assert set(sample.indices.tolist()) == {2, 3}
+    assert row_ids(sample.batch).tolist() == sample.indices.tolist()
+    assert len(buffer) == 2  # slots 0 and 1 stay unsampled until their writer finishes
+
+
+def test_a_failed_write_leaves_its_slots_reusable():
+    buffer = SharedReplay(capacity=4, template=rows([0]))
+    with pytest.raises(KeyError):
+        buffer.extend(TensorDict({"reward": torch.zeros(2)}, batch_size=[2]))
+    buffer.writer().stall_timeout_s = 1.0
+    buffer.extend(rows([5, 6, 7, 8]))  # wraps onto the failed slots without stalling
+    assert len(buffer) == 4
+    assert set(row_ids(buffer.sample(100).batch).tolist()) == {5, 6, 7, 8}
+
+
+def test_the_writer_refuses_to_be_pickled_outside_process_creation():
+    # A plain pickle would copy the shared tensors, and writes to the copy would be lost.
+    with pytest.raises(RuntimeError, match="through inheritance"):
+        pickle.dumps(SharedReplay(capacity=8, template=rows([0])).writer())
+
+
+def test_sampling_before_any_complete_write_raises():
+    buffer = SharedReplay(capacity=8, template=rows([0]))
+    with pytest.raises(RuntimeError, match="no transition has been completely written"):
+        buffer.sample(4)
