@@ -65,6 +65,8 @@ class SumTree:
         self._sums = [_cache_aligned_zeros(size) for size in level_sizes]
         # Smallest positive leaf below each node, inf if none; level 0 would copy the leaves.
         self._mins = [None] + [np.full(size, np.inf, np.float32) for size in level_sizes[1:]]
+        self._total: float | None = 0.0  # cached until the next update
+        self._min_positive: float | None = np.inf
 
     @property
     def depth(self) -> int:
@@ -74,15 +76,20 @@ class SumTree:
     @property
     def total(self) -> float:
         """Sum of all leaves."""
-        return float(self._sums[-1].sum(dtype=np.float64))
+        if self._total is None:
+            self._total = float(self._sums[-1].sum(dtype=np.float64))
+        return self._total
 
     @property
     def min_positive(self) -> float:
         """Smallest positive leaf, ``inf`` when every leaf is zero."""
-        if self.depth == 0:
-            leaves = self._sums[0]
-            return float(leaves[leaves > 0].min(initial=np.inf))
-        return float(self._mins[-1].min())
+        if self._min_positive is None:
+            if self.depth == 0:
+                leaves = self._sums[0]
+                self._min_positive = float(leaves[leaves > 0].min(initial=np.inf))
+            else:
+                self._min_positive = float(self._mins[-1].min())
+        return self._min_positive
 
     def values(self, indices: np.ndarray) -> np.ndarray:
         """Leaf values at ``indices``."""
@@ -95,6 +102,7 @@ class SumTree:
         """
         nodes = np.asarray(indices, dtype=np.int64)
         self._sums[0][nodes] = values
+        self._total = self._min_positive = None
         for level in range(1, len(self._sums)):
             nodes = nodes >> self._shift
             children = self._children(self._sums[level - 1], nodes)
@@ -133,11 +141,14 @@ class SumTree:
 
 
 def _cumsum_after_zero(values: np.ndarray) -> np.ndarray:
-    """Cumulative sums along the first axis, after a row of zeros (an exclusive and an
-    inclusive prefix sum in one array). torch's cumsum is several times faster than numpy's,
-    and ``torch.from_numpy`` shares memory."""
-    cumulative = np.zeros((len(values) + 1, *values.shape[1:]), values.dtype)
-    torch.cumsum(torch.from_numpy(values), dim=0, out=torch.from_numpy(cumulative[1:]))
+    """Float64 cumulative sums along the first axis, after a row of zeros (an exclusive and
+    an inclusive prefix sum in one array). torch's cumsum is several times faster than
+    numpy's, and ``torch.from_numpy`` shares memory."""
+    cumulative = np.empty((len(values) + 1, *values.shape[1:]))
+    cumulative[0] = 0.0
+    torch.cumsum(
+        torch.from_numpy(values), dim=0, dtype=torch.float64, out=torch.from_numpy(cumulative[1:])
+    )
     return cumulative
 
 
@@ -151,7 +162,7 @@ def _choose(
     is positive, even where float32 rounding made a parent's stored sum differ slightly from
     the cumulative sum of its children.
     """
-    np.minimum(targets, np.nextafter(cumulative[-1], np.float32(0)), out=targets)
+    np.minimum(targets, np.nextafter(cumulative[-1], 0.0), out=targets)
     if columns is None:  # one group, sorted 1-d
         chosen = np.searchsorted(cumulative, targets, side="right") - 1
         targets -= cumulative[chosen]
