@@ -51,7 +51,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.iterations = min(args.iterations, 20)
         args.rounds = min(args.rounds, 2)
         args.fanouts = [4, 16]
-        args.writers = [1, 2]
+        args.writers = [2]
     return args
 
 
