@@ -71,6 +71,8 @@ class TransitionStorage:
     def write(self, start: int, rows: TensorDictBase) -> None:
         """Copies ``rows`` (at most ``capacity``) into slots ``start, start + 1, ...``,
         wrapping around the end."""
+        if rows.batch_dims != 1:
+            raise ValueError(f"replay expects a flat batch of transitions, got {rows.batch_size}")
         n = rows.batch_size[0]
         first = min(n, self.capacity - start)
         for field in self.fields:
@@ -90,7 +92,8 @@ class TransitionStorage:
             {
                 field.key: torch.from_numpy(
                     np.ascontiguousarray(blocks[field.dtype][:, field.start : field.stop])
-                ).reshape(n, *field.shape)
+                    .reshape(n, *field.shape)
+                )
                 for field in self.fields
             },
             batch_size=[n],

@@ -96,9 +96,8 @@ class SumTree:
         return self._sums[0][indices]
 
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
-        """Sets leaves ``indices`` to ``values`` (non-negative) and refreshes their ancestors.
-
-        With repeated indices the last value wins.
+        """Sets leaves ``indices`` to ``values`` (non-negative, stored as float32) and
+        refreshes their ancestors. With repeated indices the last value wins.
         """
         nodes = np.asarray(indices, dtype=np.int64)
         self._sums[0][nodes] = values
@@ -118,7 +117,7 @@ class SumTree:
         ``sum(leaves[:i]) <= t < sum(leaves[:i + 1])``.
 
         Targets outside that range (from rounding) are clamped into it, and a leaf whose value
-        is zero is never returned while some leaf is positive.
+        is zero is never returned. Needs a positive total.
         """
         targets = np.array(prefix_sums, dtype=np.float64)
         np.maximum(targets, 0.0, out=targets)
@@ -163,7 +162,7 @@ def _choose(
     the cumulative sum of its children.
     """
     np.minimum(targets, np.nextafter(cumulative[-1], 0.0), out=targets)
-    if columns is None:  # one group, sorted 1-d
+    if columns is None:  # the flat top level: a single group
         chosen = np.searchsorted(cumulative, targets, side="right") - 1
         targets -= cumulative[chosen]
     else:  # one group per column
