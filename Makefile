@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+export NO_MKDOCS_2_WARNING := 1
 # torch is installed first and on its own: 2.13.0 has a small CPU-only build, and once it is
 # present the `torch>=2.13,<2.15` range in pyproject.toml keeps it instead of a CUDA build.
 TORCH := torch==2.13.0
@@ -24,7 +25,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 run: install
-	$(PY) -m actorq
+	$(PY) -m actorq +experiment=dqn_cartpole
 
 test: install-dev
 	$(PY) -m pytest

@@ -167,3 +167,10 @@ def rollout_return(env: EnvBase, act, episodes: int, max_steps: int = 100_000) -
                 td = td["next"]
             returns.append(total)
     return returns
+
+
+def random_observations(env: EnvBase, count: int) -> torch.Tensor:
+    """``count`` observations from uniformly random actions (``[count, obs_dim]``)."""
+    with torch.no_grad():
+        steps = env.rollout(count, break_when_any_done=False)
+    return steps[OBSERVATION].reshape(-1, steps[OBSERVATION].shape[-1])[:count]

@@ -20,9 +20,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from actorq.actors.pool import ActorPool
 from actorq.callbacks.evaluation import Evaluation
-from actorq.envs import EnvSpec, make_env
+from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -36,8 +35,10 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
         return instantiate(node, **kwargs)
     except InstantiationException as error:
         cause = error.__cause__
-        if isinstance(cause, (ConfigError, ValueError, TypeError)):
-            raise ConfigError(f"{target}: {cause}") from cause
+        if isinstance(cause, ConfigError):
+            raise ConfigError(str(cause)) from cause
+        if isinstance(cause, (ValueError, TypeError)):
+            raise ConfigError(f"{target.rsplit('.', 1)[-1]}: {cause}") from cause
         raise
 
 
@@ -67,16 +68,22 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    spec = EnvSpec.from_env(make_env(cfg.env.name))
+    env = make_env(cfg.env.name, seed=cfg.seed)
+    spec = EnvSpec.from_env(env)
     make_learner = build(cfg.algo)
     check_action_space(make_learner.func, spec, cfg.env.name)
     learner = make_learner(spec=spec)
+    learner.run_config = OmegaConf.to_container(cfg, resolve=True)
     replay = build(cfg.replay)
-    actors = build(cfg.actors, env_name=cfg.env.name, policy=learner.policy, seed=cfg.seed)
+    broadcast = build(cfg.quant)
+    observations = random_observations(env, broadcast.quant.calibration_samples)
+    actor_policy = broadcast.prepare(learner, cfg.actors.envs_per_worker, observations)
+    actors = build(cfg.actors, env_name=cfg.env.name, policy=actor_policy, seed=cfg.seed)
     learner.attach(actors, replay)
 
-    evaluation = Evaluation(cfg.env.name, cfg.eval.every_frames, cfg.eval.episodes, seed=cfg.seed + 10_000)
-    broadcast = build(cfg.quant)
+    evaluation = Evaluation(
+        cfg.env.name, cfg.eval.every_frames, cfg.eval.episodes, seed=cfg.seed + 10_000, broadcast=broadcast
+    )
     callbacks = [broadcast, evaluation, *(build(node) for node in cfg.callbacks.values())]
     trainer = build(cfg.trainer, callbacks=callbacks, logger=build(cfg.logger))
 
@@ -87,17 +94,20 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         actors.shutdown()
     wall_clock = time.perf_counter() - started
 
-    summary = make_summary(learner, evaluation, wall_clock)
+    summary = make_summary(learner, evaluation, broadcast, wall_clock)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     objects = {"learner": learner, "trainer": trainer, "evaluation": evaluation, "broadcast": broadcast}
     return summary, objects
 
 
-def make_summary(learner, evaluation: Evaluation, wall_clock: float) -> dict:
+def make_summary(learner, evaluation: Evaluation, broadcast, wall_clock: float) -> dict:
     return {
         "final_return": evaluation.last,
         "best_return": evaluation.best,
+        "final_return_quant": evaluation.last_quant,
+        "actor_precision": broadcast.quant.describe(),
         "eval_history": evaluation.history,
+        "eval_history_quant": evaluation.history_quant,
         "frames": learner.frames,
         "learner_steps": learner.learner_steps,
         "wall_clock_s": round(wall_clock, 2),
@@ -115,5 +125,3 @@ def describe_outputs(cfg: DictConfig) -> str:
         f"Summary: {run_dir / 'summary.json'}"
     )
 
-
-__all__ = ["ActorPool", "train", "build", "describe_outputs"]

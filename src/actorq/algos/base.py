@@ -112,6 +112,7 @@ class OffPolicyLearner(L.LightningModule):
         self.time_collect = 0.0
         self.time_learn = 0.0
         self._batch_ready_at = None
+        self._started_at = None
 
     # --- what an algorithm provides -------------------------------------------------
 
@@ -156,6 +157,8 @@ class OffPolicyLearner(L.LightningModule):
 
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
         started = time.perf_counter()
+        if self._started_at is None:
+            self._started_at = started
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
         self.replay.extend(nstep_transitions(batch, self.n_step, self.gamma))
@@ -196,6 +199,7 @@ class OffPolicyLearner(L.LightningModule):
         values.update(
             {
                 "collect/frames": float(self.frames),
+                "collect/frames_per_s": self.frames / max(1e-9, time.perf_counter() - self._started_at),
                 "train/learner_steps": float(self.learner_steps),
                 "collect/exploration": self.exploration(self.frames),
                 "time/collect_fraction": self.time_collect / total_time if total_time else 0.0,
@@ -211,6 +215,7 @@ class OffPolicyLearner(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["actorq"] = {
+            "config": getattr(self, "run_config", None),
             "frames": self.frames,
             "learner_steps": self.learner_steps,
             "replay": self.replay.state_dict() if self.replay is not None else {},

@@ -12,23 +12,34 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import make_env, rollout_return
 
 
 class Evaluation(Callback):
     """Runs ``episodes`` greedy episodes every ``every_frames`` env frames and at the end.
 
-    Logs ``eval/return_mean`` and ``eval/return_std``; keeps ``history`` as
-    ``[(frames, return_mean), ...]`` and ``best``/``last`` returns.
+    Logs ``eval/return_mean`` and ``eval/return_std`` for the learner's fp32 policy, and
+    ``eval/return_mean_quant`` for the quantized policy the actors run (when they do).
+    Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
 
     Args:
         env_name: environment to evaluate on (a separate instance from the actors').
         every_frames: evaluation period in env frames.
         episodes: episodes per evaluation.
         seed: seed of the evaluation environment.
+        broadcast: the run's :class:`~actorq.callbacks.quantize_broadcast.QuantizeBroadcast`,
+            whose ``actor_policy`` is evaluated too.
     """
 
-    def __init__(self, env_name: str, every_frames: int, episodes: int = 10, seed: int = 12345):
+    def __init__(
+        self,
+        env_name: str,
+        every_frames: int,
+        episodes: int = 10,
+        seed: int = 12345,
+        broadcast: QuantizeBroadcast | None = None,
+    ):
         if every_frames <= 0 or episodes <= 0:
             raise ValueError("eval.every_frames and eval.episodes must be positive")
         self.env_name = env_name
@@ -36,7 +47,9 @@ class Evaluation(Callback):
         self.episodes = episodes
         self.seed = seed
         self.next_frames = every_frames
+        self.broadcast = broadcast
         self.history: list[tuple[int, float]] = []
+        self.history_quant: list[tuple[int, float]] = []
         self._env = None
 
     @property
@@ -46,6 +59,10 @@ class Evaluation(Callback):
     @property
     def last(self) -> float | None:
         return self.history[-1][1] if self.history else None
+
+    @property
+    def last_quant(self) -> float | None:
+        return self.history_quant[-1][1] if self.history_quant else None
 
     def should_update(self, frames: int) -> bool:
         return frames >= self.next_frames
@@ -63,27 +80,46 @@ class Evaluation(Callback):
         if not self.history or self.history[-1][0] != pl_module.frames:
             self.evaluate(pl_module, log=False)
         if trainer.logger is not None:
-            trainer.logger.log_metrics({"eval/return_mean": self.last}, step=pl_module.frames)
+            final = {"eval/return_mean": self.last}
+            if self.history_quant:
+                final["eval/return_mean_quant"] = self.last_quant
+            trainer.logger.log_metrics(final, step=pl_module.frames)
 
     def evaluate(self, pl_module, log: bool = True) -> float:
-        """Runs the episodes now and records the mean return."""
+        """Runs the episodes now (fp32, then quantized if the actors are) and records the means."""
         if self._env is None:
             self._env = make_env(self.env_name, seed=self.seed)
         returns = rollout_return(self._env, pl_module.act, self.episodes)
         mean = statistics.fmean(returns)
         self.history.append((pl_module.frames, mean))
+        metrics = {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)}
+        actor_policy = getattr(self.broadcast, "actor_policy", None)
+        if actor_policy is not None:
+            act = greedy(actor_policy.network, pl_module.spec.discrete)
+            mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))
+            self.history_quant.append((pl_module.frames, mean_quant))
+            metrics["eval/return_mean_quant"] = mean_quant
         if log:
-            pl_module.log_dict(
-                {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)},
-                on_step=True, on_epoch=False, batch_size=1,
-            )
+            pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
         return mean
 
     @override
     def state_dict(self) -> dict:
-        return {"next_frames": self.next_frames, "history": list(self.history)}
+        return {"next_frames": self.next_frames, "history": list(self.history),
+                "history_quant": list(self.history_quant)}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
         self.next_frames = state_dict["next_frames"]
         self.history = [tuple(item) for item in state_dict["history"]]
+        self.history_quant = [tuple(item) for item in state_dict.get("history_quant", [])]
+
+
+def greedy(network, discrete: bool):
+    """``obs -> action`` of a policy network without exploration (argmax for Q-values)."""
+
+    def act(observation):
+        out = network(observation)
+        return out.argmax(-1) if discrete else out
+
+    return act

@@ -1,0 +1,171 @@
+"""``python -m actorq.bench learner``: does Lightning cost the learner speed?
+
+Runs the same algorithm twice on the same networks, replay and experience, in one process:
+once as our LightningModule under a real ``lightning.Trainer`` (manual optimization,
+logging, callbacks), once as a bare PyTorch loop calling the same loss functions with plain
+optimizers. Reports updates per second and their ratio (target: >= 0.9).
+
+Example:
+    >>> main(["--quick", "--out", ""])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from collections.abc import Sequence
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from tensordict import TensorDict
+
+from actorq.algos.base import Exploration, soft_update
+from actorq.algos.dqn import DQN
+from actorq.algos.td3 import TD3
+from actorq.bench._table import report
+from actorq.envs import EnvSpec
+from actorq.nstep import nstep_transitions
+from actorq.replay.uniform import UniformReplay
+
+TARGET_RATIO = 0.9
+PENDULUM = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+CARTPOLE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+
+
+def fake_experience(spec: EnvSpec, batches: int, frames: int, seed: int = 0) -> list[TensorDict]:
+    """Collector-shaped batches of random transitions (no environment in the timing)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def one() -> TensorDict:
+        obs = torch.randn(frames, spec.obs_dim, generator=generator)
+        action = (torch.randint(spec.num_actions, (frames,), generator=generator) if spec.discrete
+                  else torch.rand(frames, spec.action_dim, generator=generator) * 4 - 2)
+        done = torch.rand(frames, 1, generator=generator) < 0.01
+        return TensorDict({"observation": obs, "action": action,
+                           "next": {"observation": torch.randn(frames, spec.obs_dim, generator=generator),
+                                    "reward": torch.randn(frames, 1, generator=generator),
+                                    "done": done, "terminated": done}}, batch_size=[frames])
+
+    return [one() for _ in range(batches)]
+
+
+class Experience(list):
+    """Stands in for the actor pool: yields the prepared batches."""
+
+
+class SteadyClock(Callback):
+    """Times the updates after the first batch (Trainer start-up is not the learner's speed)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx == 0:
+            self.start, self.start_steps = time.perf_counter(), pl_module.learner_steps
+        self.end, self.end_steps = time.perf_counter(), pl_module.learner_steps
+
+    def updates_per_s(self) -> float:
+        return (self.end_steps - self.start_steps) / (self.end - self.start)
+
+
+def make_learner(algo: str, hidden: int, batch_size: int, seed: int):
+    torch.manual_seed(seed)
+    common = dict(batch_size=batch_size, learning_starts=0, update_to_data=1.0)
+    if algo == "dqn":
+        return DQN(CARTPOLE, Exploration(0.1), hidden=(hidden, hidden), target_tau=1.0,
+                   target_update_period=100, **common), CARTPOLE
+    return TD3(PENDULUM, Exploration(0.1), actor_hidden=(hidden, hidden), critic_hidden=(hidden, hidden),
+               **common), PENDULUM
+
+
+def lightning_updates_per_s(learner, experience: list[TensorDict]) -> float:
+    learner.attach(Experience(experience), UniformReplay(100_000))
+    clock = SteadyClock()
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
+                        num_sanity_val_steps=0)
+    trainer.fit(learner)
+    return clock.updates_per_s()
+
+
+def bare_updates_per_s(learner, experience: list[TensorDict]) -> float:
+    """The same losses, networks and replay, with plain ``torch.optim`` and no Lightning."""
+    replay = UniformReplay(100_000)
+    optimizers = learner.configure_optimizers()
+    optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+    steps, start = 0, None
+    for index, batch in enumerate(experience):
+        replay.extend(nstep_transitions(batch, learner.n_step, learner.gamma))
+        for _ in range(batch.numel()):
+            sample = replay.sample(learner.batch_size)
+            bare_update(learner, sample, optimizers, steps)
+            steps += 1
+        if index == 0:
+            start, start_steps = time.perf_counter(), steps
+    return (steps - start_steps) / (time.perf_counter() - start)
+
+
+def bare_update(learner, sample, optimizers, step: int) -> None:
+    if isinstance(learner, DQN):
+        (optimizer,) = optimizers
+        action = sample.batch["action"].long().reshape(-1, 1)
+        q = learner.q_network(sample.batch["observation"]).gather(-1, action).squeeze(-1)
+        loss = torch.nn.functional.smooth_l1_loss(q, learner.td_target(sample.batch))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(learner.q_network.parameters(), learner.max_grad_norm)
+        optimizer.step()
+    else:
+        actor_optimizer, critic_optimizer = optimizers
+        loss_value, _ = learner.critic_loss(sample)
+        critic_optimizer.zero_grad()
+        loss_value.backward()
+        critic_optimizer.step()
+        if (step + 1) % learner.policy_delay == 0:
+            loss_actor = learner.actor_loss(sample.batch["observation"])
+            actor_optimizer.zero_grad()
+            loss_actor.backward()
+            actor_optimizer.step()
+    if (step + 1) % learner.target_update_period == 0:
+        for target, online in learner.target_pairs():
+            soft_update(target, online, learner.target_tau)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m actorq.bench learner", description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["td3", "dqn"], choices=["td3", "dqn"])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256], help="hidden widths")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=6, help="experience batches (first is warm-up)")
+    parser.add_argument("--frames", type=int, default=200, help="frames (= updates) per batch")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", default="bench-results/learner.json", help="JSON output ('' for none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.hidden, args.batches, args.frames, args.batch_size, args.rounds = [32], 3, 20, 32, 1
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for algo in args.algos:
+        for hidden in args.hidden:
+            learner, spec = make_learner(algo, hidden, args.batch_size, seed=0)
+            experience = fake_experience(spec, args.batches, args.frames)
+            bare = lightning = 0.0
+            for _ in range(args.rounds):  # interleaved; each side keeps its best round
+                bare = max(bare, bare_updates_per_s(copy.deepcopy(learner), experience))
+                lightning = max(lightning, lightning_updates_per_s(copy.deepcopy(learner), experience))
+            rows.append({"algo": algo, "hidden": hidden, "batch": args.batch_size,
+                         "bare_updates_per_s": bare, "lightning_updates_per_s": lightning,
+                         "ratio": lightning / bare, "target": TARGET_RATIO})
+    report("learner updates/s: Lightning vs bare PyTorch (same losses, networks, batch)", rows,
+           args.out or None)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Each callback on a tiny learner driven by a real Lightning Trainer over real actors."""
+
+import torch
+
+from actorq.callbacks.evaluation import Evaluation
+from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
+from actorq.train import train
+from tests.conftest import TINY
+
+
+def test_broadcast_schedule_and_state():
+    broadcast = QuantizeBroadcast(every_n_steps=10, warmup_steps=25)
+    assert not broadcast.should_update(0) and not broadcast.should_update(20)
+    assert broadcast.should_update(25)
+    broadcast.last_step, broadcast.broadcasts = 25, 1
+    assert not broadcast.should_update(30) and broadcast.should_update(35)
+    restored = QuantizeBroadcast(every_n_steps=10)
+    restored.load_state_dict(broadcast.state_dict())
+    assert restored.last_step == 25 and restored.broadcasts == 1
+
+
+def test_callbacks_in_a_real_run(make_cfg):
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "actors.update_every=5")
+    summary, objects = train(cfg)
+    broadcast, evaluation, learner = objects["broadcast"], objects["evaluation"], objects["learner"]
+    assert broadcast.broadcasts >= 2 and broadcast.last_step <= learner.learner_steps
+    frames = [frames for frames, _ in evaluation.history]
+    assert frames[:2] == [300, 600] or frames[0] >= 300
+    assert frames[-1] == learner.frames == summary["frames"]
+    assert summary["final_return"] == evaluation.history[-1][1]
+
+
+def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "actors.update_every=5")
+    summary, objects = train(cfg)
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    states = checkpoint["callbacks"]
+    assert states["QuantizeBroadcast"]["broadcasts"] == objects["broadcast"].broadcasts
+    evaluation_state = next(v for k, v in states.items() if k.startswith("Evaluation"))
+    assert len(evaluation_state["history"]) >= 1
+    assert checkpoint["actorq"]["frames"] == summary["frames"]
+
+
+def test_evaluation_validates_arguments():
+    import pytest
+
+    with pytest.raises(ValueError, match="positive"):
+        Evaluation("CartPole-v1", every_frames=0)

@@ -1,0 +1,87 @@
+"""Every experiment runs end to end on a tiny budget; the command line reports bad input clearly."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from actorq.train import train
+from tests.conftest import TINY
+from tests.integration.test_configs import experiments
+
+SMALL_NETS = {
+    "dqn": ["algo.hidden=[32,32]"],
+    "default": ["algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]"],
+}
+
+
+def small_network_overrides(cfg_algo_target):
+    return SMALL_NETS["dqn"] if cfg_algo_target.endswith("DQN") else SMALL_NETS["default"]
+
+
+@pytest.mark.parametrize("name", experiments())
+def test_experiment_smoke_runs(make_cfg, name, tmp_path):
+    base = make_cfg(f"+experiment={name}")
+    cfg = make_cfg(f"+experiment={name}", *TINY, *small_network_overrides(base.algo._target_),
+                   "replay.capacity=2000")
+    summary, _ = train(cfg)
+    assert summary["frames"] >= 600 and summary["learner_steps"] > 0
+    assert summary["final_return"] is not None
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("final_return", "best_return", "frames", "learner_steps", "wall_clock_s", "frames_per_s"):
+        assert key in saved
+    assert (tmp_path / "config.yaml").exists()
+
+
+def test_tensorboard_events_have_the_documented_metric_names(make_cfg, tmp_path):
+    train(make_cfg("+experiment=dqn_cartpole", *TINY, "algo.hidden=[32,32]"))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("train/loss_value", "collect/frames", "collect/frames_per_s", "eval/return_mean",
+                "time/collect_fraction", "train/learner_steps"):
+        assert tag in tags, tag
+    assert all(tag.split("/")[0] in {"train", "collect", "eval", "quant", "time", "energy"} for tag in tags)
+    # The x-axis is env frames.
+    assert max(event.step for event in events.Scalars("collect/frames")) == 600
+
+
+def run_cli(*args, cwd):
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "actorq", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env=env)
+
+
+def test_cli_trains_and_says_where_the_logs_are(tmp_path):
+    result = run_cli("+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", f"run_dir={tmp_path}",
+                     "callbacks=none", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "TensorBoard logs:" in result.stdout and "summary.json" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.name=CartPol-v1"], "unknown environment 'CartPol-v1'"),
+        (["algo=ddpg"], "DDPG needs continuous actions but CartPole-v1 has discrete actions"),
+        (["+experiment=td3_pendulum", "algo=dqn"], "DQN needs discrete actions"),
+        (["actors.num_workers=0"], "actors.num_workers must be positive"),
+        (["algo.batch_size=-1"], "batch_size must be positive"),
+        (["replay.capacity=0"], "capacity must be positive"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, overrides, message):
+    result = run_cli(*overrides, f"run_dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_algorithm_lists_the_choices(tmp_path):
+    result = run_cli("algo=ppo", f"run_dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "algo/ppo" in result.stderr and "dqn" in result.stderr
+    assert "Traceback" not in result.stderr
