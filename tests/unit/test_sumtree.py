@@ -64,15 +64,19 @@ def test_fanouts_agree_on_every_answer():
 
 
 @pytest.mark.parametrize("fanout", FANOUTS)
-def test_batched_updates_match_a_brute_force_recomputation(fanout):
+@pytest.mark.parametrize("clustered", [False, True])
+def test_batched_updates_match_a_brute_force_recomputation(fanout, clustered):
     rng = np.random.default_rng(fanout)
     capacity = 777
     tree = SumTree(capacity, fanout, top_size=8)
     leaves = np.zeros(capacity)
-    for _ in range(50):
-        indices = rng.integers(0, capacity, 64)  # with repeats: the last value wins
+    for step in range(50):
+        if step % 2:  # a run of neighbours, wrapping around the end
+            indices = (rng.integers(0, capacity) + np.arange(64)) % capacity
+        else:  # scattered, with repeats: the last value wins
+            indices = rng.integers(0, capacity, 64)
         values = rng.integers(0, 5, 64).astype(np.float64)
-        tree.update(indices, values)
+        tree.update(indices, values, clustered=clustered)
         for index, value in zip(indices, values):
             leaves[index] = value
         np.testing.assert_array_equal(tree.values(np.arange(capacity)), leaves)

@@ -72,13 +72,14 @@ class Priorities:
         self.steps += 1
 
     def add(self, slots: np.ndarray, available: np.ndarray | None = None) -> None:
-        """Gives ``slots`` the largest priority seen so far, or, where ``available`` is
-        False, priority zero so that they cannot be drawn."""
+        """Gives ``slots`` (mostly runs of consecutive slots) the largest priority seen so
+        far, or, where ``available`` is False, priority zero so that they cannot be drawn."""
         priority = self.max_priority**self.alpha
         if available is None:
-            self.tree.update(slots, np.full(len(slots), priority))
+            values = np.full(len(slots), priority)
         else:
-            self.tree.update(slots, np.where(available, priority, 0.0))
+            values = np.where(available, priority, 0.0)
+        self.tree.update(slots, values, clustered=True)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Sets the priorities (e.g. absolute TD errors, non-negative) of ``slots``."""

@@ -76,8 +76,8 @@ class TransitionStorage:
         n = rows.batch_size[0]
         first = min(n, self.capacity - start)
         for field in self.fields:
-            values = rows[field.key].reshape(n, -1)
-            columns = self.packed[field.dtype][:, field.start : field.stop]
+            values = rows[field.key].detach().cpu().reshape(n, -1).numpy()
+            columns = self._arrays[field.dtype][:, field.start : field.stop]
             columns[start : start + first] = values[:first]
             if first < n:
                 columns[: n - first] = values[first:]

@@ -95,15 +95,23 @@ class SumTree:
         """Leaf values at ``indices``."""
         return self._sums[0][indices]
 
-    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
+    def update(self, indices: np.ndarray, values: np.ndarray, *, clustered: bool = False) -> None:
         """Sets leaves ``indices`` to ``values`` (non-negative, stored as float32) and
         refreshes their ancestors. With repeated indices the last value wins.
+
+        Args:
+            indices: leaves to set.
+            values: their new values.
+            clustered: the indices come in runs of neighbours (such as a range of ring-buffer
+                slots), so each shared ancestor is refreshed once rather than once per leaf.
         """
         nodes = np.asarray(indices, dtype=np.int64)
         self._sums[0][nodes] = values
         self._total = self._min_positive = None
         for level in range(1, len(self._sums)):
             nodes = nodes >> self._shift
+            if clustered:
+                nodes = _drop_repeats(nodes)
             children = self._children(self._sums[level - 1], nodes)
             self._sums[level][nodes] = children.sum(axis=0)
             if level == 1:
@@ -137,6 +145,14 @@ class SumTree:
         siblings run along contiguous memory.
         """
         return level.reshape(-1, self.fanout).take(parents, axis=0).T.copy()
+
+
+def _drop_repeats(values: np.ndarray) -> np.ndarray:
+    """``values`` without elements equal to their predecessor."""
+    keep = np.empty(len(values), dtype=bool)
+    keep[:1] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
 
 
 def _cumsum_after_zero(values: np.ndarray) -> np.ndarray:
