@@ -2,7 +2,7 @@
 
 import multiprocessing
 import pickle
-import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -40,84 +40,91 @@ def row_ids(batch: TensorDict) -> np.ndarray:
     return ids.numpy().astype(np.int64)
 
 
-def write_ids(writer, writer_index: int, batches: int, batch_size: int) -> None:
-    """Worker process: writes ``batches`` batches of consecutive ids."""
+def write_ids(writers, writer_index: int, batches: int, batch_size: int) -> None:
+    """Worker process: writes ``batches`` batches of consecutive ids into every buffer."""
     torch.set_num_threads(1)
     first = writer_index * ID_STRIDE
     for b in range(batches):
-        writer.write(rows(range(first + b * batch_size, first + (b + 1) * batch_size)))
+        batch = rows(range(first + b * batch_size, first + (b + 1) * batch_size))
+        for writer in writers:
+            writer.write(batch)
 
 
-def run_writers(buffer, num_writers, batches, batch_size, learn) -> None:
-    """Runs the writer processes while ``learn()`` is called in a loop, then joins them."""
+@dataclass
+class Run:
+    large: SharedReplay  # holds every transition written
+    small: SharedReplay  # lapped many times over
+    sampled: dict[str, list[TensorDict]]
+
+
+WRITERS, BATCHES, BATCH_SIZE, SMALL_CAPACITY = 3, 1000, 8, 64
+
+
+@pytest.fixture(scope="module")
+def run() -> Run:
+    """Spawned writer processes fill two buffers while this process samples both and feeds
+    back random priorities, as a learner would."""
+    total = WRITERS * BATCHES * BATCH_SIZE
+    run = Run(
+        large=SharedReplay(capacity=total, template=rows([0]), seed=0),
+        small=SharedReplay(capacity=SMALL_CAPACITY, template=rows([0]), seed=1),
+        sampled={"large": [], "small": []},
+    )
     context = multiprocessing.get_context("spawn")
+    handles = [run.large.writer(), run.small.writer()]
     workers = [
-        context.Process(target=write_ids, args=(buffer.writer(), w, batches, batch_size))
-        for w in range(num_writers)
+        context.Process(target=write_ids, args=(handles, w, BATCHES, BATCH_SIZE))
+        for w in range(WRITERS)
     ]
+    rng = np.random.default_rng(0)
     try:
         for worker in workers:
             worker.start()
         while any(worker.is_alive() for worker in workers):
-            learn()
+            for name, buffer in (("large", run.large), ("small", run.small)):
+                if len(buffer) == 0:
+                    continue
+                sample = buffer.sample(32)
+                run.sampled[name].append(sample.batch)
+                buffer.update_priorities(sample.indices, torch.from_numpy(rng.random(32) * 10))
         for worker in workers:
-            worker.join(timeout=30)
+            worker.join(timeout=60)
             assert worker.exitcode == 0
     finally:
         for worker in workers:
             if worker.is_alive():
                 worker.terminate()
             worker.join()
-
-
-def sample_and_check(buffer, batch_size, rng, sampled: list) -> None:
-    if len(buffer) == 0:
-        time.sleep(0.001)
-        return
-    sample = buffer.sample(batch_size)
-    sampled.append(row_ids(sample.batch))
-    buffer.update_priorities(sample.indices, torch.from_numpy(rng.random(batch_size) * 10))
+    return run
 
 
 @pytest.mark.timeout(120)
-def test_concurrent_writers_lose_no_transition_and_the_learner_sees_only_whole_rows():
-    num_writers, batches, batch_size = 3, 300, 16
-    total = num_writers * batches * batch_size
-    buffer = SharedReplay(capacity=total, template=rows([0]), seed=0)
-    rng = np.random.default_rng(0)
-    sampled: list[np.ndarray] = []
-    run_writers(buffer, num_writers, batches, batch_size,
-                lambda: sample_and_check(buffer, 64, rng, sampled))
-
-    assert sampled, "the learner never sampled while the writers ran"
-    assert buffer.reserved == total
-    assert len(buffer) == total
-    stored = row_ids(buffer.storage.read(torch.arange(total)))
-    expected = [w * ID_STRIDE + k for w in range(num_writers) for k in range(batches * batch_size)]
+def test_concurrent_writers_lose_no_transition_and_the_learner_sees_only_whole_rows(run):
+    total = WRITERS * BATCHES * BATCH_SIZE
+    assert run.sampled["large"], "the learner never sampled while the writers ran"
+    sampled = np.concatenate([row_ids(batch) for batch in run.sampled["large"]])
+    assert run.large.reserved == total
+    assert len(run.large) == total
+    stored = row_ids(run.large.storage.read(torch.arange(total)))
+    expected = [w * ID_STRIDE + k for w in range(WRITERS) for k in range(BATCHES * BATCH_SIZE)]
     assert sorted(stored.tolist()) == expected
-    assert set(np.concatenate(sampled).tolist()) <= set(expected)
+    assert set(sampled.tolist()) <= set(expected)
 
 
 @pytest.mark.timeout(120)
-def test_writers_lapping_a_small_buffer_never_hand_out_half_written_rows():
-    num_writers, batches, batch_size, capacity = 3, 2000, 8, 64
-    buffer = SharedReplay(capacity=capacity, template=rows([0]), seed=1)
-    rng = np.random.default_rng(1)
-    sampled: list[np.ndarray] = []
-    run_writers(buffer, num_writers, batches, batch_size,
-                lambda: sample_and_check(buffer, 32, rng, sampled))
-
-    assert len(sampled) > 10
-    assert buffer.reserved == num_writers * batches * batch_size
-    assert len(buffer) == capacity
-    stored = row_ids(buffer.storage.read(torch.arange(capacity)))
-    # The ring holds the last `capacity` reservations: for each writer, the most recent ones.
-    for w in range(num_writers):
+def test_writers_lapping_a_small_buffer_never_hand_out_half_written_rows(run):
+    assert len(run.sampled["small"]) > 10
+    for batch in run.sampled["small"]:
+        row_ids(batch)
+    assert run.small.reserved == WRITERS * BATCHES * BATCH_SIZE
+    assert len(run.small) == SMALL_CAPACITY
+    stored = row_ids(run.small.storage.read(torch.arange(SMALL_CAPACITY)))
+    # The ring holds the last reservations: for each writer, its most recent transitions.
+    last = BATCHES * BATCH_SIZE - 1
+    for w in range(WRITERS):
         mine = np.sort(stored[stored // ID_STRIDE == w]) - w * ID_STRIDE
-        if len(mine):
-            last = batches * batch_size - 1
-            assert mine.tolist() == list(range(last - len(mine) + 1, last + 1))
-    print(f"rows redrawn after being overwritten mid-copy: {buffer.redrawn_rows}")
+        assert mine.tolist() == list(range(last - len(mine) + 1, last + 1))
+    print(f"rows redrawn after being overwritten mid-copy: {run.small.redrawn_rows}")
 
 
 def test_rows_overwritten_while_being_copied_are_drawn_again():
@@ -151,6 +158,17 @@ def test_a_failed_write_leaves_its_slots_reusable():
     buffer.extend(rows([5, 6, 7, 8]))  # wraps onto the failed slots without stalling
     assert len(buffer) == 4
     assert set(row_ids(buffer.sample(100).batch).tolist()) == {5, 6, 7, 8}
+
+
+def test_a_writer_waits_rather_than_write_over_a_slot_still_being_filled():
+    buffer = SharedReplay(capacity=4, template=rows([0]))
+    writer = buffer.writer()
+    writer._reserve(2)  # another writer is filling slots 0 and 1 and stops there
+    buffer.extend(rows([2, 3]))  # slots 2 and 3 are free
+    writer.stall_timeout_s = 0.2
+    with pytest.raises(RuntimeError, match="did a writer process die"):
+        buffer.extend(rows([4]))  # slot 0 is still being filled
+    assert len(buffer) == 2
 
 
 def test_the_writer_refuses_to_be_pickled_outside_process_creation():
