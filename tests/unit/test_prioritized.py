@@ -113,7 +113,8 @@ def test_new_transitions_get_the_largest_priority_seen():
     buffer.update_priorities(torch.tensor([0, 1]), torch.tensor([5.0, 0.5]))
     buffer.update_priorities(torch.tensor([0]), torch.tensor([2.0]))  # the maximum stays 5
     buffer.extend(transitions([2, 3]))
-    np.testing.assert_allclose(leaves(np.arange(4)), np.array([2.0, 0.5, 5.0, 5.0]) ** alpha, rtol=1e-6)
+    expected = np.array([2.0, 0.5, 5.0, 5.0]) ** alpha
+    np.testing.assert_allclose(leaves(np.arange(4)), expected, rtol=1e-6)
 
 
 def test_wrap_around_overwrites_the_oldest_slots_and_resets_their_priority():

@@ -28,7 +28,8 @@ def test_rejects_an_empty_capacity():
 
 
 @pytest.mark.parametrize(
-    ("capacity", "fanout", "depth"), [(1, 2, 0), (16, 4, 2), (17, 4, 3), (1000, 4, 5), (1000, 16, 3)]
+    ("capacity", "fanout", "depth"),
+    [(1, 2, 0), (16, 4, 2), (17, 4, 3), (1000, 4, 5), (1000, 16, 3)],
 )
 def test_depth_is_the_ceiling_log_of_the_capacity_for_a_single_root(capacity, fanout, depth):
     assert SumTree(capacity, fanout, top_size=1).depth == depth

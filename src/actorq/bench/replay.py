@@ -104,13 +104,19 @@ def ours(data: TensorDict, batch: TensorDict, args, fanout: int = 16) -> Contest
 def cpprb(data: TensorDict, batch: TensorDict, args) -> Contestant:
     from cpprb import PrioritizedReplayBuffer
 
+    names = {
+        "obs": "observation",
+        "act": "action",
+        "rew": "reward",
+        "next_obs": "next_observation",
+        "done": "discount",
+    }
+
     def columns(rows: TensorDict) -> dict[str, np.ndarray]:
-        names = {"obs": "observation", "act": "action", "rew": "reward",
-                 "next_obs": "next_observation", "done": "discount"}  # fmt: skip
         return {short: rows[name].numpy() for short, name in names.items()}
 
-    env_dict = {"obs": {"shape": OBS_DIM}, "act": {"shape": ACTION_DIM}, "rew": {},
-                "next_obs": {"shape": OBS_DIM}, "done": {}}  # fmt: skip
+    shapes = {"obs": OBS_DIM, "act": ACTION_DIM, "rew": 1, "next_obs": OBS_DIM, "done": 1}
+    env_dict = {short: {"shape": shape} for short, shape in shapes.items()}
     buffer = PrioritizedReplayBuffer(args.capacity, env_dict, alpha=ALPHA)
     buffer.add(**columns(data))
     rng = np.random.default_rng(args.seed)
@@ -135,13 +141,17 @@ def torchrl(data: TensorDict, batch: TensorDict, args) -> Contestant:
     from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
 
     buffer = TensorDictPrioritizedReplayBuffer(
-        alpha=ALPHA, beta=BETA, storage=LazyTensorStorage(args.capacity),
-        batch_size=args.batch_size, priority_key="td_error",
-    )  # fmt: skip
+        alpha=ALPHA,
+        beta=BETA,
+        storage=LazyTensorStorage(args.capacity),
+        batch_size=args.batch_size,
+        priority_key="td_error",
+    )
     for start in range(0, args.capacity, 2**16):
         buffer.extend(data[start : start + 2**16].clone())
     generator = torch.Generator().manual_seed(args.seed)
-    buffer.update_priority(torch.arange(args.capacity), torch.rand(args.capacity, generator=generator))
+    initial = torch.rand(args.capacity, generator=generator)
+    buffer.update_priority(torch.arange(args.capacity), initial)
     priorities = torch.rand(args.batch_size, generator=generator)
     indices = buffer.sample()["index"]
 
@@ -173,8 +183,8 @@ def best_microseconds(operations: dict[str, Callable[[], object]], args) -> dict
 
 
 def compare_peers(args, data: TensorDict, batch: TensorDict) -> tuple[list[dict], list[str]]:
-    contestants, notes = {}, []
-    for name, build in (("actorq", ours), ("cpprb", cpprb), ("torchrl", torchrl)):
+    contestants, notes = {"actorq": ours(data, batch, args)}, []
+    for name, build in (("cpprb", cpprb), ("torchrl", torchrl)):
         try:
             contestants[name] = build(data, batch, args)
             contestants[name].cycle()
@@ -184,8 +194,13 @@ def compare_peers(args, data: TensorDict, batch: TensorDict) -> tuple[list[dict]
             notes.append(f"{name} skipped: {type(error).__name__}: {reason}")
             print(notes[-1])
     rows = []
-    for case, attribute in (("sample", "sample"), ("update priorities", "update"),
-                            ("sample + update", "cycle"), ("insert", "insert")):  # fmt: skip
+    cases = (
+        ("sample", "sample"),
+        ("update priorities", "update"),
+        ("sample + update", "cycle"),
+        ("insert", "insert"),
+    )
+    for case, attribute in cases:
         timings = best_microseconds(
             {name: getattr(c, attribute) for name, c in contestants.items()}, args
         )
@@ -245,9 +260,9 @@ def shared_writers(args, batch: TensorDict) -> list[dict]:
                 if worker.is_alive():
                     worker.terminate()
                 worker.join()
-        written = buffer.reserved
-        if written != count * batches * args.batch_size or len(buffer) != min(written, args.capacity):
-            raise RuntimeError(f"shared replay lost transitions: {written} written, {len(buffer)} kept")
+        written, kept = buffer.reserved, len(buffer)
+        if written != count * batches * args.batch_size or kept != min(written, args.capacity):
+            raise RuntimeError(f"shared replay lost transitions: {written} written, {kept} kept")
         label = f"{count} writer{'s' if count > 1 else ''}, insert"
         rows.append(_row("shared", label, "rows/s", {"actorq": written / elapsed}))
     return rows
