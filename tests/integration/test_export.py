@@ -1,0 +1,69 @@
+"""A trained run's quantized policy, exported, runs in a fresh process with torch only."""
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from actorq.envs import make_env, random_observations
+from actorq.export import actors_network, load_learner
+from actorq.train import train
+from tests.conftest import TINY
+
+LOAD_WITHOUT_ACTORQ = """
+import json, sys
+sys.modules["actorq"] = None  # any import of actorq would fail
+import torch
+policy = torch.jit.load(sys.argv[1])
+obs = torch.tensor(json.loads(sys.argv[2]))
+print(json.dumps(policy(obs).tolist()))
+"""
+
+
+def run_standalone(path, observations):
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_ACTORQ, str(path), json.dumps(observations.tolist())],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return torch.tensor(json.loads(result.stdout))
+
+
+def test_export_cli_writes_a_policy_plain_torch_runs(make_cfg, tmp_path):
+    train(make_cfg("+experiment=td3_pendulum", *TINY, "algo.actor_hidden=[64,64]", "quant.bits=8"))
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    out = tmp_path / "policy.pt"
+    result = subprocess.run([sys.executable, "-m", "actorq.export", str(ckpt), str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    checkpoint = torch.load(ckpt, weights_only=False)
+    learner, env = load_learner(checkpoint)
+    network = actors_network(checkpoint, learner, env, bits=None)
+    assert network.quant.bits == 8
+    observations = random_observations(make_env("Pendulum-v1", seed=1), 20)
+    standalone = run_standalone(out, observations)
+    with torch.no_grad():
+        expected = network(observations)
+        fp32 = learner.act(observations)
+    assert torch.allclose(standalone, expected, atol=1e-5)
+    assert (standalone - fp32).abs().max() < 0.2  # int8 is close to the learner's fp32 policy
+
+
+def test_export_of_a_discrete_fp32_run_is_greedy_int8(make_cfg, tmp_path):
+    train(make_cfg("+experiment=dqn_cartpole", *TINY, "algo.hidden=[32,32]"))
+    out = tmp_path / "policy.pt"
+    result = subprocess.run(
+        [sys.executable, "-m", "actorq.export", str(tmp_path / "checkpoints" / "last.ckpt"), str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    actions = run_standalone(out, random_observations(make_env("CartPole-v1", seed=1), 10))
+    assert actions.shape == (10,) and set(actions.tolist()) <= {0, 1}
+
+
+def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "actorq.export", str(tmp_path / "no.ckpt"), str(tmp_path / "p.pt")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "no checkpoint at" in result.stderr and "Traceback" not in result.stderr
