@@ -23,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from actorq.callbacks.evaluation import Evaluation
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
+from actorq.replay.experience import ExperienceWriter
+from actorq.replay.factory import transition_template
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +74,20 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     spec = EnvSpec.from_env(env)
     make_learner = build(cfg.algo)
     check_action_space(make_learner.func, spec, cfg.env.name)
-    learner = make_learner(spec=spec)
+    try:
+        learner = make_learner(spec=spec)
+    except ValueError as error:
+        raise ConfigError(f"{make_learner.func.__name__}: {error}") from error
     learner.run_config = OmegaConf.to_container(cfg, resolve=True)
-    replay = build(cfg.replay)
+    replay = build(cfg.replay, template=transition_template(env),
+                   planned_updates=learner.planned_updates(cfg.actors.total_frames))
+    writer = ExperienceWriter(replay, learner.n_step, learner.gamma)  # actors' own, if shared
     broadcast = build(cfg.quant)
     observations = random_observations(env, broadcast.quant.calibration_samples)
     actor_policy = broadcast.prepare(learner, cfg.actors.envs_per_worker, observations)
-    actors = build(cfg.actors, env_name=cfg.env.name, policy=actor_policy, seed=cfg.seed)
-    learner.attach(actors, replay)
+    actors = build(cfg.actors, env_name=cfg.env.name, policy=actor_policy, seed=cfg.seed,
+                   writer=writer if writer.in_workers else None)
+    learner.attach(actors, replay, writer)
 
     evaluation = Evaluation(
         cfg.env.name, cfg.eval.every_frames, cfg.eval.episodes, seed=cfg.seed + 10_000, broadcast=broadcast

@@ -1,0 +1,47 @@
+"""Learning runs with the reference bars (slow: minutes each, still run by ``make test``).
+
+Each run happens once per session and is shared by the tests that read it.
+"""
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from actorq.train import train
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def learning_run(tmp_path_factory):
+    summaries = {}
+
+    def run(experiment: str, *overrides: str) -> dict:
+        key = (experiment, overrides)
+        if key not in summaries:
+            run_dir = tmp_path_factory.mktemp(experiment)
+            with initialize_config_module("actorq.conf", version_base="1.3"):
+                cfg = compose("config", overrides=[f"+experiment={experiment}", f"run_dir={run_dir}",
+                                                   "callbacks=none", *overrides])
+            summaries[key] = train(cfg)[0]
+        return summaries[key]
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("experiment", "bar", "max_frames"),
+    [("dqn_cartpole", 475.0, 50_000), ("td3_pendulum", -200.0, 20_000), ("ddpg_pendulum", -250.0, 20_000)],
+)
+def test_reaches_the_reference_return(learning_run, experiment, bar, max_frames):
+    summary = learning_run(experiment)
+    assert summary["frames"] <= max_frames + 256
+    assert summary["final_return"] >= bar, summary["eval_history"]
+
+
+@pytest.mark.parametrize("experiment", ["dqn_cartpole", "td3_pendulum"])
+def test_int8_actors_learn_as_well_as_fp32(learning_run, experiment):
+    fp32 = learning_run(experiment)["final_return"]
+    int8 = learning_run(experiment, "quant.bits=8")
+    assert int8["actor_precision"].startswith("int8")
+    assert int8["final_return"] >= fp32 - 0.05 * abs(fp32), (fp32, int8["eval_history"])
+    assert int8["final_return_quant"] is not None
