@@ -7,12 +7,21 @@ Example:
     ...                  frames_per_batch=200, total_frames=10_000)
     >>> for batch in pool:  # TensorDicts of [*env_batch, T] steps  # doctest: +SKIP
     ...     pool.push(learner_policy)
+
+With a ``writer`` (an :class:`~actorq.replay.experience.ExperienceWriter` over a shared
+replay) the workers store their batches themselves and iteration yields :data:`WRITTEN`:
+
+    >>> pool = ActorPool("CartPole-v1", policy, num_workers=2, frames_per_batch=200,  # doctest: +SKIP
+    ...                  total_frames=10_000, writer=ExperienceWriter(shared_replay, 3, 0.99))
+    >>> next(iter(pool)) is WRITTEN  # doctest: +SKIP
+    True
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -22,6 +31,23 @@ from torchrl.collectors import MultiAsyncCollector
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.envs import OBSERVATION, make_env
+
+if TYPE_CHECKING:
+    from actorq.replay.experience import ExperienceWriter
+
+
+class Written:
+    """What :class:`ActorPool` yields for a batch that a worker wrote into the replay itself.
+
+    Lightning skips ``training_step`` for a ``None`` batch (what TorchRL collectors yield
+    then), so the pool yields this marker instead.
+    """
+
+    def __repr__(self) -> str:
+        return "WRITTEN"
+
+
+WRITTEN = Written()
 
 
 def make_worker_env(env_name: str, envs_per_worker: int, seed: int) -> EnvBase:
@@ -47,6 +73,9 @@ class ActorPool:
         init_random_frames: the first frames use uniformly random actions.
         seed: base seed; worker ``i`` gets a distinct derived seed.
         update_every: learner steps between weight pushes (read by the broadcast callback).
+        writer: when given, each worker writes its batches through it (an
+            :class:`~actorq.replay.experience.ExperienceWriter` over a shared replay) and
+            iteration yields :data:`WRITTEN` for each batch written.
     """
 
     def __init__(
@@ -60,6 +89,7 @@ class ActorPool:
         init_random_frames: int = 0,
         seed: int = 0,
         update_every: int = 100,
+        writer: ExperienceWriter | None = None,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames),
@@ -78,14 +108,16 @@ class ActorPool:
             total_frames=total_frames,
             init_random_frames=init_random_frames,
             split_trajs=False,
+            replay_buffer=writer,
         )
         self.collector.set_seed(seed)
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
         self.update_every = update_every
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        return iter(self.collector)
+    def __iter__(self) -> Iterator[TensorDictBase | Written]:
+        for batch in self.collector:
+            yield WRITTEN if batch is None else batch
 
     def __len__(self) -> int:
         return -(-self.total_frames // self.frames_per_batch)

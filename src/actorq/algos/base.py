@@ -1,13 +1,17 @@
 """The off-policy learner every algorithm shares: replay in, gradient steps out.
 
 One Lightning "batch" is one batch of experience from the actors. ``training_step`` turns
-it into n-step transitions, stores them, and runs ``update_to_data * frames`` gradient
-updates on replay samples. Subclasses only say what their networks are and what one
-update does (:meth:`update`), returning named loss terms.
+it into n-step transitions, stores them (through an
+:class:`~actorq.replay.experience.ExperienceWriter`), and runs ``update_to_data * frames``
+gradient updates on replay samples. With a shared replay the actor processes store their
+batches themselves and the "batch" is only a marker; the frames that arrived are counted
+all the same. Subclasses only say what their networks are and what one update does
+(:meth:`update`), returning named loss terms.
 
 Attributes that callbacks rely on (documented, stable):
     actors: the :class:`~actorq.actors.pool.ActorPool` feeding this learner.
     replay: the :class:`~actorq.replay.base.ReplayBuffer`.
+    writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores experience.
     frames: environment steps received so far.
     learner_steps: gradient updates done so far.
     policy: the learner-side :class:`~actorq.actors.policy.ExplorationPolicy` (fp32, live
@@ -26,8 +30,8 @@ from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
-from actorq.nstep import nstep_transitions
 from actorq.replay.base import ReplayBuffer, Sample
+from actorq.replay.experience import Arrivals, ExperienceWriter
 
 
 class Exploration:
@@ -106,6 +110,7 @@ class OffPolicyLearner(L.LightningModule):
         self.target_update_period = target_update_period
         self.actors = None
         self.replay: ReplayBuffer | None = None
+        self.writer: ExperienceWriter | None = None
         self.frames = 0
         self.learner_steps = 0
         self._update_debt = 0.0
@@ -137,10 +142,19 @@ class OffPolicyLearner(L.LightningModule):
 
     # --- the shared loop ------------------------------------------------------------
 
-    def attach(self, actors, replay: ReplayBuffer) -> None:
-        """Connects the actor pool and the replay buffer (done by ``actorq.train``)."""
+    def attach(self, actors, replay: ReplayBuffer, writer: ExperienceWriter | None = None) -> None:
+        """Connects the actor pool and the replay buffer (done by ``actorq.train``).
+
+        ``writer`` is the one the actors were given, if they write into the replay
+        themselves; otherwise the learner makes its own.
+        """
         self.actors = actors
         self.replay = replay
+        self.writer = writer or ExperienceWriter(replay, self.n_step, self.gamma)
+
+    def planned_updates(self, total_frames: int) -> int:
+        """Gradient updates a run of ``total_frames`` env frames makes (each draws one sample)."""
+        return int(max(0, total_frames - self.learning_starts) * self.update_to_data)
 
     @property
     def policy(self) -> ExplorationPolicy:
@@ -161,12 +175,14 @@ class OffPolicyLearner(L.LightningModule):
             self._started_at = started
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
-        self.replay.extend(nstep_transitions(batch, self.n_step, self.gamma))
-        self.frames += batch.numel()
-        metrics = self._learn(batch.numel())
+        if isinstance(batch, TensorDictBase):  # otherwise an actor already wrote it
+            self.writer.extend(batch)
+        arrivals = self.writer.arrivals()
+        self.frames += arrivals.frames
+        metrics = self._learn(arrivals.frames)
         self.time_learn += time.perf_counter() - started
         self._batch_ready_at = time.perf_counter()
-        self._log(batch, metrics)
+        self._log(arrivals, metrics)
 
     def _learn(self, new_frames: int) -> dict[str, torch.Tensor]:
         if self.frames < self.learning_starts or len(self.replay) < self.batch_size:
@@ -192,9 +208,10 @@ class OffPolicyLearner(L.LightningModule):
         """Sends ``|td_error|`` back to the replay (a no-op for uniform replay)."""
         self.replay.update_priorities(sample.indices, td_error.detach().abs().cpu())
 
-    def _log(self, batch: TensorDictBase, metrics: dict[str, torch.Tensor]) -> None:
+    def _log(self, arrivals: Arrivals, metrics: dict[str, torch.Tensor]) -> None:
         values = {f"train/{name}": float(value) for name, value in metrics.items()}
-        values.update(collect_metrics(batch))
+        if arrivals.episode_return is not None:
+            values["collect/episode_return"] = arrivals.episode_return
         total_time = self.time_collect + self.time_learn
         values.update(
             {
@@ -225,15 +242,9 @@ class OffPolicyLearner(L.LightningModule):
         state = checkpoint.get("actorq", {})
         self.frames = state.get("frames", 0)
         self.learner_steps = state.get("learner_steps", 0)
-
-
-def collect_metrics(batch: TensorDictBase) -> dict[str, float]:
-    """Returns of the episodes that ended in ``batch`` (``collect/episode_return``)."""
-    done = batch["next", "done"].reshape(-1)
-    if "episode_reward" in batch["next"].keys() and done.any():
-        returns = batch["next", "episode_reward"].reshape(-1)[done]
-        return {"collect/episode_return": float(returns.mean())}
-    return {}
+        if self.replay is not None and state.get("replay"):
+            # The sampling state (beta's progress, generators); transitions are not saved.
+            self.replay.load_state_dict(state["replay"])
 
 
 def _check_positive(**values: int) -> None:

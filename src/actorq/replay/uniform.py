@@ -1,4 +1,4 @@
-"""Uniform replay: a ring buffer of preallocated tensors.
+"""Uniform replay: a ring buffer of preallocated transitions, sampled uniformly.
 
 Example:
     >>> from tensordict import TensorDict
@@ -14,9 +14,10 @@ Example:
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDictBase
 
 from actorq.replay.base import ReplayBuffer, Sample
+from actorq.replay.storage import TransitionStorage
 
 
 class UniformReplay(ReplayBuffer):
@@ -31,20 +32,19 @@ class UniformReplay(ReplayBuffer):
         if capacity <= 0:
             raise ValueError(f"replay capacity must be positive, got {capacity}")
         self.capacity = capacity
-        self.storage: TensorDict | None = None
+        self.storage: TransitionStorage | None = None
         self.cursor = 0
         self.size = 0
         self.generator = torch.Generator().manual_seed(seed)
 
-    def extend(self, transitions: TensorDict) -> None:
-        n = transitions.batch_size[0]
+    def extend(self, transitions: TensorDictBase) -> None:
         if self.storage is None:
-            self.storage = transitions[0].expand(self.capacity).clone().zero_()
+            self.storage = TransitionStorage(transitions, self.capacity)
+        n = transitions.batch_size[0]
         if n > self.capacity:
             transitions = transitions[-self.capacity :]
             n = self.capacity
-        indices = (self.cursor + torch.arange(n)) % self.capacity
-        self.storage[indices] = transitions
+        self.storage.write(self.cursor, transitions)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -52,7 +52,14 @@ class UniformReplay(ReplayBuffer):
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         indices = torch.randint(self.size, (batch_size,), generator=self.generator)
-        return Sample(self.storage[indices], indices, torch.ones(batch_size))
+        return Sample(self.storage.read(indices), indices, torch.ones(batch_size))
 
     def __len__(self) -> int:
         return self.size
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "generator" in state:
+            self.generator.set_state(state["generator"])

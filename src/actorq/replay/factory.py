@@ -1,0 +1,105 @@
+"""One entry point for the ``replay`` config group: uniform, prioritized or shared replay.
+
+Example:
+    >>> replay = make_replay(capacity=1000, prioritized=True, beta_annealing_steps=500)
+    >>> type(replay).__name__, replay.beta
+    ('PrioritizedReplay', 0.4)
+    >>> make_replay(capacity=1000, prioritized="yes")
+    Traceback (most recent call last):
+    ...
+    ValueError: replay.prioritized must be true or false, got 'yes'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tensordict import TensorDictBase
+
+from actorq.nstep import nstep_transitions
+from actorq.replay.base import ReplayBuffer
+from actorq.replay.prioritized import PrioritizedReplay
+from actorq.replay.shared import SharedReplay
+from actorq.replay.uniform import UniformReplay
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+
+def make_replay(
+    capacity: int,
+    prioritized: bool = False,
+    shared: bool = False,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    beta_annealing_steps: int | None = None,
+    fanout: int = 16,
+    eps: float = 1e-6,
+    seed: int = 0,
+    template: TensorDictBase | None = None,
+    planned_updates: int | None = None,
+) -> ReplayBuffer:
+    """Builds the replay buffer the config asks for.
+
+    =============  ==========  =====================================================
+    prioritized    shared      buffer
+    =============  ==========  =====================================================
+    false          false       :class:`~actorq.replay.uniform.UniformReplay`
+    true           false       :class:`~actorq.replay.prioritized.PrioritizedReplay`
+    true           true        :class:`~actorq.replay.shared.SharedReplay`
+    false          true        :class:`~actorq.replay.shared.SharedReplay`, ``alpha=0``
+                               (uniform sampling, all weights 1)
+    =============  ==========  =====================================================
+
+    Args:
+        capacity: maximum number of transitions kept.
+        prioritized: sample in proportion to priority (``|TD error|``).
+        shared: keep the transitions in shared memory, written by the actor processes.
+        alpha: priority exponent (prioritized only).
+        beta: initial importance-sampling exponent (prioritized only).
+        beta_annealing_steps: ``sample`` calls until ``beta`` reaches 1; ``None`` takes
+            ``planned_updates``, so that ``beta`` reaches 1 at the end of training.
+        fanout: sum-tree children per node (prioritized and shared only).
+        eps: added to every priority (prioritized and shared only).
+        seed: seed of the sampling generator.
+        template: one transition, giving the shared buffer's keys, shapes and dtypes
+            (see :func:`transition_template`); needed when ``shared``.
+        planned_updates: the learner updates the run will make, each drawing one sample.
+
+    Raises:
+        ValueError: for a value the buffers cannot work with.
+    """
+    _check_flag("prioritized", prioritized)
+    _check_flag("shared", shared)
+    if not (prioritized or shared):
+        return UniformReplay(capacity, seed=seed)
+    if beta_annealing_steps is None:
+        if planned_updates is None:
+            raise ValueError("replay.beta_annealing_steps is needed when the planned updates are unknown")
+        beta_annealing_steps = max(0, int(planned_updates))
+    options = dict(alpha=alpha if prioritized else 0.0, beta=beta,
+                   beta_annealing_steps=beta_annealing_steps, fanout=fanout, eps=eps, seed=seed)
+    if not shared:
+        return PrioritizedReplay(capacity, **options)
+    if template is None:
+        raise ValueError("replay.shared=true needs a transition template to allocate the storage")
+    return SharedReplay(capacity, template, **options)
+
+
+def transition_template(env: EnvBase) -> TensorDictBase:
+    """One all-zero transition with the keys, shapes and dtypes the replay stores for
+    ``env``'s experience (as :func:`actorq.nstep.nstep_transitions` makes it).
+
+    Example:
+        >>> from actorq.envs import make_env
+        >>> row = transition_template(make_env("CartPole-v1"))
+        >>> row["observation"].shape, row["action"].dtype
+        (torch.Size([4]), torch.int64)
+    """
+    step = env.fake_tensordict().unsqueeze(-1)  # one time step
+    return nstep_transitions(step, n=1, gamma=1.0)[0]
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"replay.{name} must be true or false, got {value!r}")
