@@ -1,0 +1,123 @@
+"""Prioritized and shared replay inside a real (tiny) training run."""
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from actorq.algos.base import Exploration
+from actorq.algos.dqn import DQN
+from actorq.envs import EnvSpec, make_env
+from actorq.errors import ConfigError
+from actorq.replay import transition_template
+from actorq.replay.prioritized import PrioritizedReplay
+from actorq.replay.shared import SharedReplay
+from actorq.train import train
+from tests.conftest import TINY
+
+FAST = (*TINY, "+experiment=dqn_cartpole", "algo.hidden=[32,32]", "callbacks=none")
+TOTAL_FRAMES = 600  # TINY's budget
+
+
+def leaf_priorities(replay) -> np.ndarray:
+    return replay.priorities.tree.values(np.arange(len(replay)))
+
+
+def n_step_discounts(gamma: float, n_step: int) -> set[float]:
+    """Bootstrap discounts an n-step transition can carry (0 after termination)."""
+    return {0.0} | {round(gamma**k, 5) for k in range(1, n_step + 1)}
+
+
+def test_prioritized_replay_is_sampled_by_priority_and_fed_back(make_cfg):
+    summary, objects = train(make_cfg(*FAST, "replay.prioritized=true"))
+    learner, replay = objects["learner"], objects["learner"].replay
+    assert isinstance(replay, PrioritizedReplay)
+    assert summary["frames"] == learner.frames == len(replay) == TOTAL_FRAMES
+    assert learner.learner_steps > 0
+    # |TD errors| came back: priorities moved away from the uniform initial value.
+    assert replay.priorities.max_priority > 1.0
+    assert len(np.unique(leaf_priorities(replay))) > 100
+    # beta is annealed once per update, over the run's planned updates, and ends at 1.
+    assert replay.priorities.beta_annealing_steps == learner.planned_updates(TOTAL_FRAMES)
+    assert replay.priorities.steps == learner.learner_steps
+    assert replay.beta == 1.0
+
+
+def test_replay_option_and_key_build_the_same_buffer(make_cfg):
+    by_option = make_cfg("replay=prioritized").replay
+    by_key = make_cfg("replay.prioritized=true").replay
+    assert by_option == by_key
+
+
+def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg, tmp_path):
+    summary, objects = train(make_cfg(*FAST, "replay.shared=true", "replay.prioritized=true",
+                                      "actors.num_workers=2"))
+    learner, replay = objects["learner"], objects["learner"].replay
+    assert isinstance(replay, SharedReplay) and learner.writer.in_workers
+    # Every frame the workers collected is a complete transition in the buffer; the
+    # learner counted every batch it was told about (workers may finish one more each).
+    written = learner.writer.write_count
+    assert replay.reserved == len(replay) == written
+    assert TOTAL_FRAMES <= learner.frames <= written
+    assert summary["frames"] == learner.frames and learner.frames % 100 == 0
+    # The workers ran the learner's n-step transform before writing.
+    batch = replay.sample(256).batch
+    discounts = set(batch["discount"].double().round(decimals=5).tolist())
+    assert discounts <= n_step_discounts(learner.gamma, learner.n_step)
+    assert round(learner.gamma**learner.n_step, 5) in discounts
+    assert (batch["observation"] != 0).any(dim=1).all()  # no never-written rows
+    # Updates happened and their priorities reached the shared buffer's tree.
+    assert learner.learner_steps > 0
+    assert replay.priorities.max_priority > 1.0
+    assert len(np.unique(leaf_priorities(replay))) > 100
+    # Evaluation, weight pushes and the collection metrics still work.
+    assert summary["final_return"] is not None and objects["broadcast"].broadcasts > 0
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"collect/frames", "collect/episode_return", "train/loss_value"} <= tags
+    assert max(e.value for e in events.Scalars("collect/frames")) == learner.frames
+
+
+def test_shared_replay_alone_samples_uniformly(make_cfg):
+    summary, objects = train(make_cfg(*FAST, "replay.shared=true"))
+    replay = objects["learner"].replay
+    assert isinstance(replay, SharedReplay) and replay.priorities.alpha == 0.0
+    assert len(np.unique(leaf_priorities(replay))) == 1  # every slot equally likely
+    assert torch.equal(replay.sample(64).weights, torch.ones(64))
+    assert summary["learner_steps"] > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["replay.prioritized=yes"], "replay.prioritized must be true or false, got 'yes'"),
+        (["replay=prioritized", "replay.fanout=6"], "fanout must be a power of two"),
+        (["replay.shared=true", "replay.beta=1.5"], "beta must be in [0, 1], got 1.5"),
+        (["replay=prioritized", "replay.capacity=0"], "capacity must be positive"),
+    ],
+)
+def test_bad_replay_values_are_config_errors(make_cfg, overrides, message):
+    with pytest.raises(ConfigError) as error:
+        train(make_cfg(*FAST, *overrides))
+    assert message in str(error.value)
+
+
+def test_checkpoint_restores_the_sampling_state():
+    """What ``on_save_checkpoint`` stores comes back in ``on_load_checkpoint``."""
+    spec = EnvSpec.from_env(make_env("CartPole-v1"))
+    learner = DQN(spec, Exploration(0.1), hidden=(8,))
+    replay = PrioritizedReplay(capacity=100, beta_annealing_steps=10)
+    learner.attach(None, replay)
+    replay.extend(transition_template(make_env("CartPole-v1")).expand(50).clone())
+    sample = replay.sample(8)
+    replay.update_priorities(sample.indices, torch.full((8,), 5.0))
+    checkpoint = {}
+    learner.on_save_checkpoint(checkpoint)
+
+    restored = PrioritizedReplay(capacity=100, beta_annealing_steps=10)
+    learner.attach(None, restored)
+    learner.on_load_checkpoint(checkpoint)
+    assert restored.priorities.steps == 1 and restored.beta == replay.beta
+    assert restored.priorities.max_priority == replay.priorities.max_priority > 5.0
+    assert restored.priorities.rng.bit_generator.state == replay.priorities.rng.bit_generator.state
