@@ -85,3 +85,11 @@ def test_unknown_algorithm_lists_the_choices(tmp_path):
     assert result.returncode != 0
     assert "algo/ppo" in result.stderr and "dqn" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_multirun_sweep_writes_one_run_dir_per_combination(tmp_path):
+    result = run_cli("-m", "+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", "callbacks=none",
+                     "quant.bits=32,8", f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/summary.json"))]
+    assert [s["actor_precision"] for s in summaries] == ["fp32", "int8 static per_channel"]
