@@ -75,7 +75,8 @@ class ActorPool:
         update_every: learner steps between weight pushes (read by the broadcast callback).
         writer: when given, each worker writes its batches through it (an
             :class:`~actorq.replay.experience.ExperienceWriter` over a shared replay) and
-            iteration yields :data:`WRITTEN` for each batch written.
+            iteration yields :data:`WRITTEN` for each batch written, until ``total_frames``
+            frames have been written.
     """
 
     def __init__(
@@ -114,10 +115,19 @@ class ActorPool:
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
         self.update_every = update_every
+        self.writer = writer
 
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
         for batch in self.collector:
-            yield WRITTEN if batch is None else batch
+            if batch is not None:
+                yield batch
+                continue
+            # A worker whose marker waits in the collector's queue collects and writes
+            # another batch meanwhile, so the frame budget counts what was written.
+            last = self.writer.write_count >= self.total_frames
+            yield WRITTEN
+            if last:
+                return
 
     def __len__(self) -> int:
         return -(-self.total_frames // self.frames_per_batch)

@@ -150,7 +150,9 @@ class OffPolicyLearner(L.LightningModule):
         """
         self.actors = actors
         self.replay = replay
-        self.writer = writer or ExperienceWriter(replay, self.n_step, self.gamma)
+        if writer is None:
+            writer = ExperienceWriter(replay, self.n_step, self.gamma)
+        self.writer = writer
 
     def planned_updates(self, total_frames: int) -> int:
         """Gradient updates a run of ``total_frames`` env frames makes (each draws one sample)."""
@@ -175,7 +177,7 @@ class OffPolicyLearner(L.LightningModule):
             self._started_at = started
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
-        if isinstance(batch, TensorDictBase):  # otherwise an actor already wrote it
+        if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
             self.writer.extend(batch)
         arrivals = self.writer.arrivals()
         self.frames += arrivals.frames

@@ -75,7 +75,8 @@ def make_replay(
         return UniformReplay(capacity, seed=seed)
     if beta_annealing_steps is None:
         if planned_updates is None:
-            raise ValueError("replay.beta_annealing_steps is needed when the planned updates are unknown")
+            raise ValueError("replay.beta_annealing_steps is needed when the planned updates "
+                             "are unknown")
         beta_annealing_steps = max(0, int(planned_updates))
     options = dict(alpha=alpha if prioritized else 0.0, beta=beta,
                    beta_annealing_steps=beta_annealing_steps, fanout=fanout, eps=eps, seed=seed)
