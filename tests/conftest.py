@@ -10,6 +10,12 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """A run that collected no test is a failure (exit 1), never a silent pass."""
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def make_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
     """``make_cfg("+experiment=dqn_cartpole", "seed=1")`` -> a composed config in tmp_path."""
