@@ -41,15 +41,11 @@ def make_replay(
 ) -> ReplayBuffer:
     """Builds the replay buffer the config asks for.
 
-    =============  ==========  =====================================================
-    prioritized    shared      buffer
-    =============  ==========  =====================================================
-    false          false       :class:`~actorq.replay.uniform.UniformReplay`
-    true           false       :class:`~actorq.replay.prioritized.PrioritizedReplay`
-    true           true        :class:`~actorq.replay.shared.SharedReplay`
-    false          true        :class:`~actorq.replay.shared.SharedReplay`, ``alpha=0``
-                               (uniform sampling, all weights 1)
-    =============  ==========  =====================================================
+    - neither flag: :class:`~actorq.replay.uniform.UniformReplay`;
+    - ``prioritized``: :class:`~actorq.replay.prioritized.PrioritizedReplay`;
+    - ``prioritized`` and ``shared``: :class:`~actorq.replay.shared.SharedReplay`;
+    - ``shared`` alone: :class:`~actorq.replay.shared.SharedReplay` with ``alpha=0``
+      (uniform sampling, all weights 1).
 
     Args:
         capacity: maximum number of transitions kept.
