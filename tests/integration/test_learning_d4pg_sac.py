@@ -1,0 +1,31 @@
+"""Learning runs: D4PG solves cartpole-balance and SAC solves Pendulum on a CPU budget.
+
+Reference points (5 episodes each): a uniformly random policy scores about 300 on
+cartpole-balance (an all-zero action about 750) and about -1200 on Pendulum-v1. Each test takes
+about 2 minutes on 2 idle CPU cores, and several times that on a loaded machine.
+"""
+
+import pytest
+
+from actorq.train import train
+
+pytestmark = pytest.mark.slow
+
+
+def test_d4pg_balances_the_cartpole_within_100k_frames(make_cfg):
+    cfg = make_cfg(
+        "+experiment=d4pg_cartpole",
+        "algo.actor_hidden=[64,64]",
+        "algo.critic_hidden=[128,128]",
+        "eval.episodes=3",
+        "callbacks=none",
+    )
+    summary, _ = train(cfg)
+    assert summary["frames"] <= 100_000 + cfg.actors.frames_per_batch
+    assert summary["final_return"] >= 800, summary["eval_history"]
+
+
+def test_sac_swings_up_the_pendulum_within_8k_frames(make_cfg):
+    cfg = make_cfg("+experiment=sac_pendulum", "actors.total_frames=8000", "callbacks=none")
+    summary, _ = train(cfg)
+    assert summary["final_return"] >= -250, summary["eval_history"]
