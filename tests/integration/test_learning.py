@@ -38,10 +38,20 @@ def test_reaches_the_reference_return(learning_run, experiment, bar, max_frames)
     assert summary["final_return"] >= bar, summary["eval_history"]
 
 
-@pytest.mark.parametrize("experiment", ["dqn_cartpole", "td3_pendulum"])
-def test_int8_actors_learn_as_well_as_fp32(learning_run, experiment):
-    fp32 = learning_run(experiment)["final_return"]
-    int8 = learning_run(experiment, "quant.bits=8")
+def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
+    fp32 = learning_run("dqn_cartpole")["final_return"]
+    int8 = learning_run("dqn_cartpole", "quant.bits=8")
     assert int8["actor_precision"].startswith("int8")
     assert int8["final_return"] >= fp32 - 0.05 * abs(fp32), (fp32, int8["eval_history"])
-    assert int8["final_return_quant"] is not None
+    assert int8["final_return_quant"] >= 475.0, int8["eval_history_quant"]
+
+
+def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
+    """One Pendulum run's final return varies by about 25% between fp32 seeds alone
+    (-174, -118, -99 measured), so a single-seed 5% comparison would test luck; the
+    within-5% comparison over 3 seeds is ``python -m actorq.bench learning --seeds 0 1 2``.
+    Here int8 actors must reach the bar fp32 reaches, and so must the int8 policy itself."""
+    int8 = learning_run("td3_pendulum", "quant.bits=8")
+    assert int8["actor_precision"].startswith("int8")
+    assert int8["final_return"] >= -200.0, int8["eval_history"]
+    assert int8["final_return_quant"] >= -200.0, int8["eval_history_quant"]
