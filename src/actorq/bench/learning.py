@@ -21,6 +21,8 @@ from actorq.bench._table import report
 from actorq.train import train
 
 REFERENCE = ("dqn_cartpole", "td3_pendulum", "sac_pendulum", "d4pg_cartpole")
+# The CPU-sized variant of the reference D4PG run (QuaRL's 2048x3 actor takes hours here).
+EXPERIMENT_OVERRIDES = {"d4pg_cartpole": ("algo.actor_hidden=[64,64]", "algo.critic_hidden=[128,128]")}
 QUICK_OVERRIDES = (
     "actors.total_frames=1000", "actors.frames_per_batch=100", "actors.init_random_frames=200",
     "algo.learning_starts=200", "algo.batch_size=32", "eval.every_frames=1000", "eval.episodes=1",
@@ -29,7 +31,7 @@ QUICK_OVERRIDES = (
 
 def run(experiment: str, bits: int, seed: int, run_dir: Path, extra: Sequence[str]) -> dict:
     overrides = [f"+experiment={experiment}", f"quant.bits={bits}", f"seed={seed}", f"run_dir={run_dir}",
-                 "callbacks=none", *extra]
+                 "callbacks=none", *EXPERIMENT_OVERRIDES.get(experiment, ()), *extra]
     with initialize_config_module("actorq.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     summary, _ = train(cfg)
