@@ -67,10 +67,13 @@ class QuantizedNetwork(nn.Module):
         self.layout = TrunkLayout(tuple(sizes), layer_norm)
         self.quant = quant
         self.head = head if head is not None else nn.Identity()
+        # A sequence lock around the payload: TorchRL copies buffers in registration order,
+        # so a push writes version_begin, then the payload, then version. A worker that
+        # reads version before building and the same value in version_begin after it knows
+        # no push touched the payload in between (see _build).
+        self.register_buffer("version_begin", torch.zeros((), dtype=torch.int64))
         for name, (shape, dtype) in self.layout.payload_spec(quant).items():
             self.register_buffer(name, _placeholder(name, shape, dtype))
-        # Registered last: TorchRL copies buffers in registration order, so a worker that
-        # reads the new version also finds the new payload already in place.
         self.register_buffer("version", torch.zeros((), dtype=torch.int64))
         self._forget_trunk()
 
@@ -132,7 +135,9 @@ class QuantizedNetwork(nn.Module):
                     f"expected {dtype}{list(shape)}"
                 )
             getattr(self, name).copy_(value)
-        self.version.fill_(next(_next_version))
+        version = next(_next_version)
+        self.version_begin.fill_(version)
+        self.version.fill_(version)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         # Direct dict lookups: nn.Module.__getattr__ costs more than a small actor's matmul.
@@ -165,8 +170,11 @@ class QuantizedNetwork(nn.Module):
         return self._trunk
 
     def _build(self) -> None:
-        version = int(self.version)  # read before the payload: a newer one triggers a rebuild
-        trunk = build_trunk(self.layout, self.quant, self.payload())
+        while True:  # retry while a push is (or was) rewriting the payload under us
+            version = int(self.version)
+            trunk = build_trunk(self.layout, self.quant, self.payload())
+            if int(self.version_begin) == version:
+                break
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
         # sync anyway, and the synced structure must not depend on what was built.
         object.__setattr__(self, "_trunk", trunk)
