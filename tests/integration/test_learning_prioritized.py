@@ -3,9 +3,8 @@
 Measured (50k frames, eval every 5k frames, 2-core CPU shared with other jobs): every run
 reached 500, at least three evaluations each. With soft target updates (``target_tau``
 0.005) the last evaluation was 197, 280, 392 and 500 in four runs (uniform replay also
-dips between evaluations); with hard copies every 100 updates it was 500 on seeds 0-2.
-With hard target copies every 100 updates the final evaluation was 500 on seeds 0-2, so
-this test uses them; the bar stays on the evaluations during the run.
+dips between evaluations); with hard copies every 100 updates it was 500 on seeds 0-2, so
+this test uses hard copies, and the bar stays on the evaluations during the run.
 """
 
 import pytest
