@@ -161,6 +161,21 @@ def test_in_place_buffer_writes_with_a_new_version_rebuild_the_trunk(actor, obse
     torch.testing.assert_close(worker(observations), learner_copy(observations), atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=QuantSpec.describe)
+def test_a_push_in_progress_leaves_the_built_trunk_untouched(spec, actor, observations):
+    """A push rewrites the buffers in place and bumps ``version`` last: until then a worker
+    must keep running the payload it built, not a mix of the old one and the new buffers."""
+    worker = QuantizedNetwork.from_network(actor, spec, calibration=observations)
+    before = worker(observations).clone()
+    other = QuantizedNetwork.from_network(DeterministicActor(CONTINUOUS, HIDDEN), spec, calibration=observations)
+    worker.version_begin.copy_(other.version_begin)
+    for name, tensor in worker.payload().items():
+        tensor.copy_(other.payload()[name])
+    torch.testing.assert_close(worker(observations), before, atol=0, rtol=0)
+    worker.version.copy_(other.version)
+    torch.testing.assert_close(worker(observations), other(observations), atol=0, rtol=0)
+
+
 def test_wrong_payload_is_rejected_clearly(actor):
     template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, QuantSpec(bits=8, mode="dynamic"))
     with pytest.raises(ConfigError, match="missing"):

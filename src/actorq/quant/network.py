@@ -172,9 +172,13 @@ class QuantizedNetwork(nn.Module):
     def _build(self) -> None:
         while True:  # retry while a push is (or was) rewriting the payload under us
             version = int(self.version)
-            trunk = build_trunk(self.layout, self.quant, self.payload())
+            # A snapshot, not the buffers: built modules may keep references to the tensors
+            # they are given (fbgemm keeps the bias), and the next push rewrites the buffers
+            # in place before it bumps ``version``.
+            snapshot = {name: tensor.clone() for name, tensor in self.payload().items()}
             if int(self.version_begin) == version:
                 break
+        trunk = build_trunk(self.layout, self.quant, snapshot)
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
         # sync anyway, and the synced structure must not depend on what was built.
         object.__setattr__(self, "_trunk", trunk)
