@@ -1,5 +1,7 @@
 """Each learner's update on random data: named loss terms, targets by the paper's formula."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -109,3 +111,28 @@ def test_invalid_sizes_are_rejected():
         DQN(DISCRETE, Exploration(0.1), batch_size=0)
     with pytest.raises(ValueError, match="update_to_data"):
         DDPG(CONTINUOUS, Exploration(0.1), update_to_data=0)
+
+
+@pytest.mark.parametrize("final_lr_fraction", [1.0, 0.25, 0.0])
+def test_learning_rates_fall_linearly_to_their_final_fraction(final_lr_fraction):
+    learner = DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,),
+                   actor_lr=1e-3, critic_lr=2e-3, learning_starts=0, update_to_data=1.0,
+                   final_lr_fraction=final_lr_fraction)
+    learner.actors = SimpleNamespace(total_frames=1000)  # 1000 planned updates
+    attach_trainer(learner)
+
+    def rates_at(learner_steps: int) -> list[float]:
+        learner.learner_steps = learner_steps
+        learner.anneal_learning_rates()
+        return [group["lr"] for optimizer in learner.optimizers() for group in optimizer.optimizer.param_groups]
+
+    assert rates_at(0) == pytest.approx([1e-3, 2e-3])
+    middle = 1 - 0.5 * (1 - final_lr_fraction)
+    assert rates_at(500) == pytest.approx([1e-3 * middle, 2e-3 * middle])
+    assert rates_at(1000) == pytest.approx([1e-3 * final_lr_fraction, 2e-3 * final_lr_fraction])
+    assert rates_at(5000) == pytest.approx([1e-3 * final_lr_fraction, 2e-3 * final_lr_fraction])
+
+
+def test_final_lr_fraction_outside_zero_one_is_refused():
+    with pytest.raises(ValueError, match="final_lr_fraction"):
+        DQN(DISCRETE, Exploration(0.1), final_lr_fraction=1.5)
