@@ -19,13 +19,13 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from actorq.replay.base import ReplayBuffer, Sample
+from actorq.replay.base import Sample
 from actorq.replay.priorities import Priorities, as_numpy
-from actorq.replay.storage import TransitionStorage
+from actorq.replay.uniform import UniformReplay
 
 
-class PrioritizedReplay(ReplayBuffer):
-    """Fixed-capacity FIFO storage sampled by priority over a K-ary sum tree.
+class PrioritizedReplay(UniformReplay):
+    """The uniform ring buffer, sampled by priority over a K-ary sum tree.
 
     Transitions are drawn with probability ``p_i^alpha / sum_k p_k^alpha``, one from each
     of ``batch_size`` equal slices of the priority mass, and come with importance-sampling
@@ -61,13 +61,10 @@ class PrioritizedReplay(ReplayBuffer):
         eps: float = 1e-6,
         seed: int = 0,
     ):
+        super().__init__(capacity, seed)
         self.priorities = Priorities(
             capacity, alpha, beta, beta_annealing_steps, fanout, eps, seed
         )
-        self.capacity = capacity
-        self.storage: TransitionStorage | None = None
-        self.cursor = 0
-        self.size = 0
 
     @property
     def beta(self) -> float:
@@ -75,16 +72,10 @@ class PrioritizedReplay(ReplayBuffer):
         return self.priorities.beta
 
     def extend(self, transitions: TensorDictBase) -> None:
-        if self.storage is None:
-            self.storage = TransitionStorage(transitions, self.capacity)
-        n = transitions.batch_size[0]
-        if n > self.capacity:
-            transitions = transitions[-self.capacity :]
-            n = self.capacity
-        self.storage.write(self.cursor, transitions)
-        self.priorities.add((self.cursor + np.arange(n)) % self.capacity)
-        self.cursor = (self.cursor + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
+        first = self.cursor
+        super().extend(transitions)
+        written = min(transitions.batch_size[0], self.capacity)
+        self.priorities.add((first + np.arange(written)) % self.capacity)
 
     def sample(self, batch_size: int) -> Sample:
         if self.size == 0:
@@ -101,9 +92,6 @@ class PrioritizedReplay(ReplayBuffer):
         if len(slots) and (slots.min() < 0 or slots.max() >= self.size):
             raise ValueError(f"replay indices must lie in [0, {self.size})")
         self.priorities.update(slots, as_numpy(priorities))
-
-    def __len__(self) -> int:
-        return self.size
 
     def state_dict(self) -> dict:
         return self.priorities.state_dict()
