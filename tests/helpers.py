@@ -1,8 +1,17 @@
-"""Test helpers: a learner attached to a real Lightning Trainer without fitting."""
+"""Test helpers: learners attached to a real Lightning Trainer without fitting, and the
+random transitions their updates are tested on."""
 
 from __future__ import annotations
 
 import lightning as L
+import torch
+from tensordict import TensorDict
+
+from actorq.envs import EnvSpec
+from actorq.replay.base import Sample
+
+CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
 
 
 def attach_trainer(learner: L.LightningModule) -> L.Trainer:
@@ -15,3 +24,36 @@ def attach_trainer(learner: L.LightningModule) -> L.Trainer:
     optimizers = learner.configure_optimizers()
     trainer.strategy.optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
     return trainer
+
+
+def random_sample(spec: EnvSpec, size: int = 32) -> Sample:
+    """A replay sample of random transitions, all weights 1."""
+    action = (torch.randint(spec.num_actions, (size,)) if spec.discrete
+              else torch.rand(size, spec.action_dim) * 4 - 2)
+    batch = TensorDict(
+        {"observation": torch.randn(size, spec.obs_dim), "action": action,
+         "reward": torch.randn(size), "next_observation": torch.randn(size, spec.obs_dim),
+         "discount": torch.full((size,), 0.99)},
+        batch_size=[size],
+    )
+    return Sample(batch, torch.arange(size), torch.ones(size))
+
+
+class RecordingReplay:
+    """Stands in for a replay buffer; keeps the last priorities a learner fed back."""
+
+    def __init__(self):
+        self.priorities = None
+
+    def update_priorities(self, indices, priorities):
+        self.priorities = priorities
+
+
+def fit_fixed_batch(learner: L.LightningModule, spec: EnvSpec, updates: int = 60) -> tuple[list[float], dict]:
+    """Runs ``updates`` updates on one random batch (with a recording replay and a real
+    Trainer); returns the TD losses along the way and the metrics of one more update."""
+    learner.replay = RecordingReplay()
+    attach_trainer(learner)
+    sample = random_sample(spec)
+    losses = [float(learner.update(sample)["loss_value"]) for _ in range(updates)]
+    return losses, learner.update(sample)

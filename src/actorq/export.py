@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
-from actorq.quant import QuantizedNetwork, QuantSpec, export, quantize
+from actorq.quant import QuantizedNetwork, QuantSpec, export
 
 BROADCAST_STATE = "QuantizeBroadcast"
 

@@ -5,8 +5,7 @@ import torch
 
 from actorq.algos.base import Exploration
 from actorq.algos.d4pg import D4PG, categorical_projection
-from tests.helpers import attach_trainer
-from tests.unit.test_losses import CONTINUOUS, RecordingReplay, random_sample
+from tests.helpers import CONTINUOUS, fit_fixed_batch, random_sample
 
 
 def brute_force_projection(atoms, probs, reward, discount):
@@ -62,15 +61,11 @@ def make_d4pg(**kwargs):
 
 def test_update_returns_named_terms_lowers_the_loss_and_feeds_priorities():
     learner = make_d4pg(critic_lr=1e-3)
-    replay = RecordingReplay()
-    learner.replay = replay
-    attach_trainer(learner)
-    sample = random_sample(CONTINUOUS)
-    losses = [float(learner.update(sample)["loss_value"]) for _ in range(60)]
-    metrics = learner.update(sample)
+    losses, metrics = fit_fixed_batch(learner, CONTINUOUS)
     assert {"loss_value", "loss_actor"} <= set(metrics)
     assert losses[-1] < losses[0]
-    assert replay.priorities.shape == (32,) and (replay.priorities > 0).all()
+    priorities = learner.replay.priorities
+    assert priorities.shape == (32,) and (priorities > 0).all()
 
 
 def test_target_is_the_projected_target_critic_distribution():

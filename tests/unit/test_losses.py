@@ -4,38 +4,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tensordict import TensorDict
 
 from actorq.algos.base import Exploration, soft_update
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
-from actorq.envs import EnvSpec
-from actorq.replay.base import Sample
-from tests.helpers import attach_trainer
-
-CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
-DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
-
-
-def random_sample(spec, size=32):
-    action = (torch.randint(spec.num_actions, (size,)) if spec.discrete
-              else torch.rand(size, spec.action_dim) * 4 - 2)
-    batch = TensorDict(
-        {"observation": torch.randn(size, spec.obs_dim), "action": action,
-         "reward": torch.randn(size), "next_observation": torch.randn(size, spec.obs_dim),
-         "discount": torch.full((size,), 0.99)},
-        batch_size=[size],
-    )
-    return Sample(batch, torch.arange(size), torch.ones(size))
-
-
-class RecordingReplay:
-    def __init__(self):
-        self.priorities = None
-
-    def update_priorities(self, indices, priorities):
-        self.priorities = priorities
+from tests.helpers import CONTINUOUS, DISCRETE, RecordingReplay, attach_trainer, fit_fixed_batch, random_sample
 
 
 @pytest.mark.parametrize(
@@ -50,15 +24,11 @@ class RecordingReplay:
 )
 def test_update_returns_named_terms_and_feeds_priorities(make, spec, terms):
     learner = make()
-    replay = RecordingReplay()
-    learner.replay = replay
-    attach_trainer(learner)
-    sample = random_sample(spec)
-    losses = [float(learner.update(sample)["loss_value"]) for _ in range(60)]
-    metrics = learner.update(sample)
+    losses, metrics = fit_fixed_batch(learner, spec)
     assert terms <= set(metrics)
     assert losses[-1] < losses[0]  # fitting a fixed batch lowers the TD loss
-    assert replay.priorities.shape == (32,) and (replay.priorities >= 0).all()
+    priorities = learner.replay.priorities
+    assert priorities.shape == (32,) and (priorities >= 0).all()
 
 
 def test_dqn_double_target():

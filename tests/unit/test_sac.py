@@ -5,13 +5,12 @@ import pickle
 
 import pytest
 import torch
-from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
+from torch.distributions import AffineTransform, TanhTransform, TransformedDistribution
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.algos.sac import SAC
 from actorq.networks import DeterministicActor, GaussianActor
-from tests.helpers import attach_trainer
-from tests.unit.test_losses import CONTINUOUS, RecordingReplay, random_sample
+from tests.helpers import CONTINUOUS, RecordingReplay, attach_trainer, fit_fixed_batch, random_sample
 
 
 def make_sac(**kwargs):
@@ -22,10 +21,8 @@ def make_sac(**kwargs):
 
 
 def test_update_returns_named_terms_and_feeds_priorities():
-    learner = make_sac(critic_lr=1e-3)
-    sample = random_sample(CONTINUOUS)
-    losses = [float(learner.update(sample)["loss_value"]) for _ in range(60)]
-    metrics = learner.update(sample)
+    learner = SAC(CONTINUOUS, actor_hidden=(16,), critic_hidden=(32, 32), critic_lr=1e-3)
+    losses, metrics = fit_fixed_batch(learner, CONTINUOUS)
     assert {"loss_value", "loss_actor", "loss_alpha", "alpha"} <= set(metrics)
     assert losses[-1] < losses[0]
     assert learner.replay.priorities.shape == (32,)

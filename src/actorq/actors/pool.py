@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
