@@ -1,3 +1,5 @@
+import multiprocessing
+
 import numpy as np
 import pytest
 
@@ -120,3 +122,63 @@ def test_min_positive_ignores_zero_leaves_and_is_inf_when_all_are_zero():
         tree.update(np.array([9]), np.array([0.0]))
         assert tree.min_positive == 2.0
         assert tree.total == 5.0
+
+
+def test_update_rejects_an_index_out_of_range_and_writes_nothing():
+    tree = SumTree(capacity=10, fanout=4, top_size=1)
+    tree.update(np.array([1]), np.array([2.0]))
+    for bad in (10, -1):
+        with pytest.raises(IndexError, match=f"index {bad} is outside"):
+            tree.update(np.array([0, bad]), np.array([5.0, 5.0]))
+    assert tree.values(np.arange(10)).tolist() == [0, 2] + [0] * 8
+    assert tree.total == 2.0
+
+
+def test_update_rejects_values_that_do_not_match_the_indices():
+    with pytest.raises(ValueError, match="one length"):
+        SumTree(capacity=10).update(np.array([0, 1]), np.array([1.0]))
+
+
+def test_find_needs_a_positive_total():
+    tree = SumTree(capacity=10, fanout=4, top_size=1)
+    assert tree.find(np.empty(0)).tolist() == []
+    with pytest.raises(ValueError, match="positive total"):
+        tree.find(np.array([0.5]))
+
+
+def test_a_target_past_a_parent_rounded_up_takes_the_last_positive_child():
+    # float32(1 + 1.5 * 2**-24) rounds up to 1 + 2**-23, so the root holds more than its
+    # children do, and a target just below the root lies past the end of their group.
+    tree = SumTree(capacity=4, fanout=4, top_size=1)
+    tree.update(np.arange(4), np.array([1.0, 1.5 * 2**-24, 0.0, 0.0]))
+    past_the_children = 1 + 1.75 * 2**-24
+    assert tree.find(np.array([past_the_children, 0.5])).tolist() == [1, 0]
+
+
+def test_deep_trees_agree_with_flat_ones():
+    rng = np.random.default_rng(3)
+    leaves = rng.random(5000) ** 4 * (rng.random(5000) < 0.7)
+    targets = rng.random(20_000) * leaves.sum()
+    answers = []
+    for top_size in (1, 64, 8192):  # a single root, a flat top above two levels, all flat
+        tree = SumTree(5000, fanout=8, top_size=top_size)
+        tree.update(np.arange(5000), leaves)
+        answers.append(tree.find(targets))
+    # Rounding may move a target that falls within a few ulps of a boundary.
+    for answer in answers[1:]:
+        assert (answer != answers[0]).mean() < 1e-3
+        assert (tree.values(answer) > 0).all()
+
+
+def build_and_search(capacity: int) -> list[int]:
+    """Worker process: builds a tree, so that the compiled loops load in a fresh process."""
+    tree = SumTree(capacity, fanout=4)
+    tree.update(np.arange(capacity), np.ones(capacity))
+    return tree.find(np.array([0.5, capacity - 0.5])).tolist()
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_works_in_worker_processes(method):
+    SumTree(8)  # compiled in this process first, as in a learner that starts workers
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        assert pool.apply(build_and_search, (1000,)) == [0, 999]

@@ -1,4 +1,5 @@
-"""A K-ary sum tree over non-negative leaf values, with batched, vectorised update and search.
+"""A K-ary sum tree over non-negative leaf values, with batched update and search compiled
+by numba.
 
 Each node holds the sum of its ``fanout`` children, and siblings sit next to each other in
 memory, aligned to cache lines: with 16 float32 children a search step reads exactly one
@@ -16,21 +17,29 @@ Example:
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
+
 import numpy as np
-import torch
 
 CACHE_LINE_BYTES = 64
+_LINE_FLOATS = CACHE_LINE_BYTES // np.dtype(np.float32).itemsize
 
 
 class SumTree:
     """Sums and minima of ``capacity`` float32 leaves, grouped ``fanout`` children per node.
 
     Levels are built bottom-up until one has at most ``top_size`` nodes. That top level is
-    searched with a single cumulative sum and binary search, which for a few thousand nodes is
-    cheaper than descending the last levels one by one. Every lower level is padded to a whole
-    number of sibling groups, so any capacity works, not only powers of the fanout. Parents are
-    recomputed from their children on each update rather than adjusted by deltas, so rounding
-    errors never accumulate.
+    searched with its prefix sums and a binary search, which for a few hundred nodes is
+    cheaper than descending the last levels one by one. Every lower level is padded to a
+    whole number of sibling groups, so any capacity works, not only powers of the fanout.
+    Parents are recomputed from their children on each update rather than adjusted by
+    deltas, so rounding errors never accumulate.
+
+    All levels live in one float32 array, each level starting on a cache line, which the
+    loops compiled by numba (:func:`_refresh`, :func:`_search_top`, :func:`_descend`) walk
+    with a table of where each level starts. The first tree built in a process compiles
+    them, or loads them from numba's on-disk cache.
 
     Args:
         capacity: number of leaves.
@@ -46,7 +55,7 @@ class SumTree:
         2
     """
 
-    def __init__(self, capacity: int, fanout: int = 16, top_size: int = 4096):
+    def __init__(self, capacity: int, fanout: int = 16, top_size: int = 256):
         if capacity <= 0:
             raise ValueError(f"sum tree capacity must be positive, got {capacity}")
         if not 2 <= fanout <= 256 or fanout & (fanout - 1):
@@ -61,64 +70,64 @@ class SumTree:
             groups = -(-level_sizes[-1] // fanout)
             level_sizes[-1] = groups * fanout
             level_sizes.append(groups)
-        # Bottom-up, the leaves first and the flat top last.
-        self._sums = [_cache_aligned_zeros(size) for size in level_sizes]
-        # Smallest positive leaf below each node, inf if none; level 0 would copy the leaves.
-        self._mins = [None] + [np.full(size, np.inf, np.float32) for size in level_sizes[1:]]
-        self._total: float | None = 0.0  # cached until the next update
-        self._min_positive: float | None = np.inf
+        # Bottom-up, the leaves first and the flat top last; the last entry is the end.
+        lines = [-(-size // _LINE_FLOATS) * _LINE_FLOATS for size in level_sizes]
+        self._starts = np.cumsum([0, *lines], dtype=np.int64)
+        self._sums = _cache_aligned_zeros(int(self._starts[-1]))
+        # Smallest positive leaf below each node, inf if none, for every level but the leaves.
+        self._mins = _cache_aligned_zeros(int(self._starts[-1] - self._starts[1]))
+        self._mins[:] = np.inf
+        self._leaves = self._sums[:capacity]
+        self._total = 0.0
+        self._min_positive = np.inf
+        # Compiles the loops now (or loads them from numba's cache), not on the first sample.
+        self.update(np.empty(0, np.int64), np.empty(0))
+        self.find(np.empty(0))
 
     @property
     def depth(self) -> int:
         """Number of levels below the flat top level."""
-        return len(self._sums) - 1
+        return len(self._starts) - 2
 
     @property
     def total(self) -> float:
         """Sum of all leaves."""
-        if self._total is None:
-            self._total = float(self._sums[-1].sum(dtype=np.float64))
         return self._total
 
     @property
     def min_positive(self) -> float:
         """Smallest positive leaf, ``inf`` when every leaf is zero."""
-        if self._min_positive is None:
-            if self.depth == 0:
-                leaves = self._sums[0]
-                self._min_positive = float(leaves[leaves > 0].min(initial=np.inf))
-            else:
-                self._min_positive = float(self._mins[-1].min())
         return self._min_positive
 
     def values(self, indices: np.ndarray) -> np.ndarray:
         """Leaf values at ``indices``."""
-        return self._sums[0][indices]
+        return self._leaves[indices]
 
     def update(self, indices: np.ndarray, values: np.ndarray, *, clustered: bool = False) -> None:
         """Sets leaves ``indices`` to ``values`` (non-negative, stored as float32) and
         refreshes their ancestors. With repeated indices the last value wins.
 
         Args:
-            indices: leaves to set.
-            values: their new values.
+            indices: leaves to set, in ``[0, capacity)``.
+            values: their new values, one per index.
             clustered: the indices come in runs of neighbours (such as a range of ring-buffer
-                slots), so each shared ancestor is refreshed once rather than once per leaf.
+                slots). Kept for compatibility: neighbours that share an ancestor always
+                refresh it once, so this changes nothing.
         """
-        nodes = np.asarray(indices, dtype=np.int64)
-        self._sums[0][nodes] = values
-        self._total = self._min_positive = None
-        for level in range(1, len(self._sums)):
-            nodes = nodes >> self._shift
-            if clustered:
-                nodes = _drop_repeats(nodes)
-            children = self._children(self._sums[level - 1], nodes)
-            self._sums[level][nodes] = children.sum(axis=0)
-            if level == 1:
-                child_mins = np.where(children > 0, children, np.inf)
-            else:
-                child_mins = self._children(self._mins[level - 1], nodes)
-            self._mins[level][nodes] = child_mins.min(axis=0)
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if values.shape != indices.shape or indices.ndim != 1:
+            raise ValueError(
+                f"sum tree update needs 1-d indices and values of one length, got shapes "
+                f"{indices.shape} and {values.shape}"
+            )
+        # The compiled loop checks the indices itself, since nothing checks its writes.
+        total, min_positive, bad = _kernels().refresh(
+            self._sums, self._mins, self._starts, self._shift, self.capacity, indices, values
+        )
+        if bad >= 0:
+            raise IndexError(f"sum tree index {indices[bad]} is outside [0, {self.capacity})")
+        self._total, self._min_positive = total, min_positive
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
         """Returns, for each target ``t`` in ``[0, total)``, the leaf ``i`` with
@@ -127,70 +136,148 @@ class SumTree:
         Targets outside that range (from rounding) are clamped into it, and a leaf whose value
         is zero is never returned. Needs a positive total.
         """
-        targets = np.array(prefix_sums, dtype=np.float64)
-        np.maximum(targets, 0.0, out=targets)
-        nodes = _choose(_cumsum_after_zero(self._sums[-1]), targets)
-        columns = np.arange(len(targets))
-        for level in range(len(self._sums) - 2, -1, -1):
-            children = self._children(self._sums[level], nodes)
-            chosen = _choose(_cumsum_after_zero(children), targets, columns)
-            nodes = (nodes << self._shift) + chosen
-        return nodes
-
-    def _children(self, level: np.ndarray, parents: np.ndarray) -> np.ndarray:
-        """``(fanout, len(parents))``: column j holds the children of ``parents[j]``.
-
-        Gathering whole sibling groups as rows (``take``) is several times faster than
-        gathering element by element, and the transposed layout lets the reductions over
-        siblings run along contiguous memory.
-        """
-        return level.reshape(-1, self.fanout).take(parents, axis=0).T.copy()
+        targets = np.array(prefix_sums, dtype=np.float64)  # a copy: the search overwrites it
+        if targets.ndim != 1:
+            raise ValueError(f"sum tree find needs 1-d prefix sums, got shape {targets.shape}")
+        if len(targets) and not self._total > 0:
+            raise ValueError(f"sum tree find needs a positive total, got {self._total}")
+        kernels = _kernels()
+        nodes = kernels.search_top(self._sums, self._starts, targets)
+        return kernels.descend(self._sums, self._starts, self._shift, nodes, targets)
 
 
-def _drop_repeats(values: np.ndarray) -> np.ndarray:
-    """``values`` without elements equal to their predecessor."""
-    keep = np.empty(len(values), dtype=bool)
-    keep[:1] = True
-    np.not_equal(values[1:], values[:-1], out=keep[1:])
-    return values[keep]
+@functools.cache
+def _kernels() -> SimpleNamespace:
+    """The tree's loops compiled by numba, each on its first call.
 
-
-def _cumsum_after_zero(values: np.ndarray) -> np.ndarray:
-    """Float64 cumulative sums along the first axis, after a row of zeros (an exclusive and
-    an inclusive prefix sum in one array). torch's cumsum is several times faster than
-    numpy's, and ``torch.from_numpy`` shares memory."""
-    cumulative = np.empty((len(values) + 1, *values.shape[1:]))
-    cumulative[0] = 0.0
-    torch.cumsum(
-        torch.from_numpy(values), dim=0, dtype=torch.float64, out=torch.from_numpy(cumulative[1:])
-    )
-    return cumulative
-
-
-def _choose(
-    cumulative: np.ndarray, targets: np.ndarray, columns: np.ndarray | None = None
-) -> np.ndarray:
-    """Picks for each target the child ``c`` with ``cumulative[c] <= target <
-    cumulative[c + 1]`` and subtracts ``cumulative[c]`` from the target, in place.
-
-    Clamping each target below its group's sum first makes sure the chosen child exists and
-    is positive, even where float32 rounding made a parent's stored sum differ slightly from
-    the cumulative sum of its children.
+    numba is imported only here, so that processes which import the replay package without
+    building a tree (actor workers, for one) do not pay for it.
     """
-    np.minimum(targets, np.nextafter(cumulative[-1], 0.0), out=targets)
-    if columns is None:  # the flat top level: a single group
-        chosen = np.searchsorted(cumulative, targets, side="right") - 1
-        targets -= cumulative[chosen]
-    else:  # one group per column
-        chosen = (cumulative[1:] <= targets).sum(axis=0)
-        targets -= cumulative[chosen, columns]
-    return chosen
+    return SimpleNamespace(
+        refresh=_compile(_refresh), search_top=_compile(_search_top), descend=_compile(_descend)
+    )
+
+
+def _compile(function):
+    """``function`` compiled by numba with its machine code cached on disk, next to this
+    file or, where that is read-only, in numba's user-wide cache: later processes load it in
+    milliseconds instead of compiling it for seconds."""
+    import numba
+
+    try:
+        return numba.njit(cache=True)(function)
+    except RuntimeError:  # no writable cache directory anywhere: compile in every process
+        return numba.njit(function)
+
+
+def _refresh(sums, mins, starts, shift, capacity, indices, values):
+    """Writes the leaves, recomputes the sum and positive minimum of each of their
+    ancestors, level by level, and returns the tree's ``(total, min_positive, -1)``; or,
+    with nothing written, ``(0, 0, j)`` when ``indices[j]`` is the first one outside
+    ``[0, capacity)``.
+
+    A parent shared by consecutive nodes in the batch is recomputed once.
+    """
+    for j in range(len(indices)):
+        if indices[j] < 0 or indices[j] >= capacity:
+            return 0.0, 0.0, j
+    nodes = indices.copy()
+    for j in range(len(indices)):
+        sums[indices[j]] = values[j]
+    count, fanout, inf = len(nodes), 1 << shift, np.float32(np.inf)
+    for level in range(1, len(starts) - 1):
+        below, here = starts[level - 1], starts[level]
+        kept = 0
+        for j in range(count):
+            parent = nodes[j] >> shift
+            if kept == 0 or parent != nodes[kept - 1]:
+                nodes[kept] = parent
+                kept += 1
+        count = kept
+        for parent in nodes[:count]:
+            first = below + (parent << shift)
+            total, smallest = 0.0, inf
+            for child in range(first, first + fanout):
+                total += sums[child]
+                if level == 1:  # a leaf counts only if positive
+                    smallest = min(smallest, sums[child] if sums[child] > 0 else inf)
+                else:
+                    smallest = min(smallest, mins[child - starts[1]])
+            sums[here + parent] = total
+            mins[here - starts[1] + parent] = smallest
+    total, smallest = 0.0, inf
+    for node in range(starts[-2], starts[-1]):
+        total += sums[node]
+        if len(starts) == 2:  # the top level is the leaves
+            smallest = min(smallest, sums[node] if sums[node] > 0 else inf)
+        else:
+            smallest = min(smallest, mins[node - starts[1]])
+    return total, float(smallest), -1
+
+
+def _search_top(sums, starts, targets):
+    """The node of the flat top level holding each target, by binary search on the
+    level's float64 prefix sums; subtracts the mass before that node from the target.
+
+    Targets are clamped into ``[0, total)`` first, so that the node found is positive.
+    """
+    top, end = starts[-2], starts[-1]
+    prefix = np.zeros(end - top + 1)
+    for node in range(top, end):
+        prefix[node - top + 1] = prefix[node - top] + sums[node]
+    last = np.nextafter(prefix[-1], 0.0)
+    nodes = np.empty(len(targets), np.int64)
+    for j in range(len(targets)):
+        target = min(targets[j] if targets[j] > 0 else 0.0, last)  # NaN becomes 0 too
+        # Bounded even for an all-zero level, since nothing here checks bounds.
+        nodes[j] = min(np.searchsorted(prefix, target, side="right") - 1, end - top - 1)
+        targets[j] = target - prefix[nodes[j]]
+    return nodes
+
+
+def _descend(sums, starts, shift, nodes, targets):
+    """Walks each target down from its node of the flat top level (:func:`_search_top`) to
+    the leaf holding it; overwrites ``nodes`` and ``targets``.
+
+    At each level a target's child is the number of its siblings whose running sum (in
+    float64) ends at or before the target. The loops run child by child across all
+    targets, so that the running sums of different targets proceed side by side and
+    their cache misses overlap; target by target, each would wait for the last.
+
+    A stored parent can exceed the exact sum of its children by float32 rounding, so a
+    target can lie past the end of its group; it then takes the group's last positive
+    child. Either way the chosen child is positive, so a zero leaf is never returned.
+    """
+    count, fanout = len(nodes), 1 << shift
+    running, before = np.empty(count), np.empty(count)
+    for level in range(len(starts) - 3, -1, -1):
+        firsts = starts[level] + (nodes << shift)
+        running[:] = 0.0
+        before[:] = 0.0
+        nodes[:] = firsts
+        for child in range(fanout):
+            for j in range(count):
+                value = sums[firsts[j] + child]
+                running[j] += value
+                # Arithmetic rather than a branch: whether a target lies beyond a child is a
+                # coin toss, and each mispredicted branch would cancel the loads in flight.
+                beyond = running[j] <= targets[j]
+                nodes[j] += beyond
+                before[j] += value * beyond
+        for j in range(count):
+            if nodes[j] == firsts[j] + fanout:  # past the end of the group
+                nodes[j] -= 1
+                while nodes[j] > firsts[j] and not sums[nodes[j]] > 0:
+                    nodes[j] -= 1
+                before[j] = running[j] - sums[nodes[j]]
+            targets[j] = max(targets[j] - before[j], 0.0)
+            nodes[j] -= starts[level]
+    return nodes
 
 
 def _cache_aligned_zeros(size: int) -> np.ndarray:
     """A float32 array whose first element starts a cache line, so that every group of 16
     siblings fills exactly one line."""
-    itemsize = np.dtype(np.float32).itemsize
-    raw = np.zeros(size + CACHE_LINE_BYTES // itemsize, np.float32)
-    offset = (-raw.ctypes.data % CACHE_LINE_BYTES) // itemsize
+    raw = np.zeros(size + _LINE_FLOATS, np.float32)
+    offset = (-raw.ctypes.data % CACHE_LINE_BYTES) // raw.itemsize
     return raw[offset : offset + size]
