@@ -67,8 +67,7 @@ def test_fanouts_agree_on_every_answer():
 
 
 @pytest.mark.parametrize("fanout", FANOUTS)
-@pytest.mark.parametrize("clustered", [False, True])
-def test_batched_updates_match_a_brute_force_recomputation(fanout, clustered):
+def test_batched_updates_match_a_brute_force_recomputation(fanout):
     rng = np.random.default_rng(fanout)
     capacity = 777
     tree = SumTree(capacity, fanout, top_size=8)
@@ -79,7 +78,7 @@ def test_batched_updates_match_a_brute_force_recomputation(fanout, clustered):
         else:  # scattered, with repeats: the last value wins
             indices = rng.integers(0, capacity, 64)
         values = rng.integers(0, 5, 64).astype(np.float64)
-        tree.update(indices, values, clustered=clustered)
+        tree.update(indices, values)
         for index, value in zip(indices, values):
             leaves[index] = value
         np.testing.assert_array_equal(tree.values(np.arange(capacity)), leaves)

@@ -79,7 +79,7 @@ class Priorities:
             values = np.full(len(slots), priority)
         else:
             values = np.where(available, priority, 0.0)
-        self.tree.update(slots, values, clustered=True)
+        self.tree.update(slots, values)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Sets the priorities (e.g. absolute TD errors, non-negative) of ``slots``."""

@@ -103,16 +103,15 @@ class SumTree:
         """Leaf values at ``indices``."""
         return self._leaves[indices]
 
-    def update(self, indices: np.ndarray, values: np.ndarray, *, clustered: bool = False) -> None:
+    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Sets leaves ``indices`` to ``values`` (non-negative, stored as float32) and
-        refreshes their ancestors. With repeated indices the last value wins.
+        refreshes their ancestors, each once per run of neighbours that share it (a range of
+        ring-buffer slots costs little more than one slot). With repeated indices the last
+        value wins.
 
         Args:
             indices: leaves to set, in ``[0, capacity)``.
             values: their new values, one per index.
-            clustered: the indices come in runs of neighbours (such as a range of ring-buffer
-                slots). Kept for compatibility: neighbours that share an ancestor always
-                refresh it once, so this changes nothing.
         """
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         values = np.ascontiguousarray(values, dtype=np.float64)
