@@ -203,8 +203,9 @@ class OffPolicyLearner(L.LightningModule):
             self._update_debt -= 1
             self.anneal_learning_rates()
             sample = self.replay.sample(self.batch_size)
-            sample.batch = sample.batch.to(self.device)
-            sample.weights = sample.weights.to(self.device)
+            if self.device.type != "cpu":  # the replay lives in CPU memory
+                sample.batch = sample.batch.to(self.device)
+                sample.weights = sample.weights.to(self.device)
             metrics = self.update(sample)
             self.learner_steps += 1
             if self.learner_steps % self.target_update_period == 0:
