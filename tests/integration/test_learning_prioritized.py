@@ -2,8 +2,10 @@
 
 Measured with the ``dqn_cartpole`` config as it is (soft target updates, learning rate
 decaying to 0; 50k frames, eval every 5k frames, 2-core CPU shared with other jobs): the
-last evaluation was 500 on seeds 0, 1 and 2. With a constant learning rate it had been 197,
-280, 392 and 500 in four runs, every run having reached 500 on the way.
+last evaluation was 500 on seeds 0, 1 and 2, each solved on 3 to 7 evaluations. As in
+``test_learning.py``, the bar is on solving within the budget (on two evaluations, so not
+by luck): DQN with the same config ended one of 17 runs at 134 after
+solving CartPole.
 """
 
 import pytest
@@ -23,4 +25,5 @@ def test_dqn_with_prioritized_replay_solves_cartpole(make_cfg):
     assert isinstance(replay, PrioritizedReplay) and replay.beta == 1.0
     assert replay.priorities.max_priority > 1.0  # |TD errors| were fed back
     assert summary["frames"] <= 50_000 + 256
-    assert summary["final_return"] >= SOLVED, summary["eval_history"]
+    solved = [frames for frames, mean in summary["eval_history"] if mean >= SOLVED]
+    assert len(solved) >= 2, summary["eval_history"]  # solved, and not by one lucky evaluation
