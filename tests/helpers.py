@@ -12,6 +12,7 @@ from actorq.replay.base import Sample
 
 CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
 DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+CARTPOLE_SOLVED = 475.0
 
 
 def attach_trainer(learner: L.LightningModule) -> L.Trainer:
@@ -57,3 +58,8 @@ def fit_fixed_batch(learner: L.LightningModule, spec: EnvSpec, updates: int = 60
     sample = random_sample(spec)
     losses = [float(learner.update(sample)["loss_value"]) for _ in range(updates)]
     return losses, learner.update(sample)
+
+
+def solved_evaluations(summary: dict, history: str = "eval_history") -> list[int]:
+    """Frames at which an evaluation of a CartPole run scored at least the solved bar."""
+    return [frames for frames, mean in summary[history] if mean >= CARTPOLE_SOLVED]

@@ -7,6 +7,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from actorq.train import train
+from tests.helpers import solved_evaluations
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +29,7 @@ def learning_run(tmp_path_factory):
     return run
 
 
-CARTPOLE_SOLVED = 475.0
 RANDOM_CARTPOLE = 22.0  # mean return of uniformly random actions
-
-
-def solved_evaluations(summary: dict, history: str = "eval_history") -> list[int]:
-    """Frames at which an evaluation of a CartPole run scored at least the solved bar."""
-    return [frames for frames, mean in summary[history] if mean >= CARTPOLE_SOLVED]
 
 
 def test_dqn_solves_cartpole_within_50k_frames(learning_run):
