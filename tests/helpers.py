@@ -3,8 +3,11 @@ random transitions their updates are tested on."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from tensordict import TensorDict
 
 from actorq.envs import EnvSpec
@@ -15,15 +18,19 @@ DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
 CARTPOLE_SOLVED = 475.0
 
 
-def attach_trainer(learner: L.LightningModule) -> L.Trainer:
-    """Gives ``learner`` a real Trainer and optimizers, so ``update`` can run outside ``fit``."""
+def attach_trainer(learner: L.LightningModule, total_frames: int = 10_000) -> L.Trainer:
+    """Gives ``learner`` a real Trainer, optimizers and LR schedulers, so ``update`` can run
+    outside ``fit``. The Trainer's datamodule is a stand-in holding a :class:`RecordingReplay`
+    and the run's ``total_frames`` (what the learner reads from its experience pipeline)."""
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     learner.trainer = trainer
+    trainer.datamodule = SimpleNamespace(replay=RecordingReplay(), total_frames=total_frames)
     trainer.strategy.connect(learner)
     trainer.strategy._lightning_optimizers = []
-    optimizers = learner.configure_optimizers()
-    trainer.strategy.optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+    optimizers, schedulers = _init_optimizers_and_lr_schedulers(learner)
+    trainer.strategy.optimizers = optimizers
+    trainer.strategy.lr_scheduler_configs = schedulers
     return trainer
 
 
@@ -53,7 +60,6 @@ class RecordingReplay:
 def fit_fixed_batch(learner: L.LightningModule, spec: EnvSpec, updates: int = 60) -> tuple[list[float], dict]:
     """Runs ``updates`` updates on one random batch (with a recording replay and a real
     Trainer); returns the TD losses along the way and the metrics of one more update."""
-    learner.replay = RecordingReplay()
     attach_trainer(learner)
     sample = random_sample(spec)
     losses = [float(learner.update(sample)["loss_value"]) for _ in range(updates)]

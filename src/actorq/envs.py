@@ -100,7 +100,7 @@ def _unknown(name: str, known: list[str]) -> str:
     )
 
 
-def make_env(name: str, seed: int | None = None) -> EnvBase:
+def make_env(name: str, seed: int | None = None, library: str | None = None) -> EnvBase:
     """Builds one environment with a flat float32 observation.
 
     Args:

@@ -16,39 +16,40 @@ import sys
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec, export
+from actorq.train import build_learner
 
-BROADCAST_STATE = "QuantizeBroadcast"
+EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name
 
 
 def load_learner(checkpoint: dict):
     """Rebuilds the run's learner from a checkpoint written by ``actorq.train``."""
-    config = (checkpoint.get("actorq") or {}).get("config")
+    config = (checkpoint.get("datamodule_hyper_parameters") or {}).get("config")
     if config is None:
         raise ConfigError("this checkpoint was not written by actorq (no run config inside)")
     cfg = OmegaConf.create(config)
-    env = make_env(cfg.env.name, seed=cfg.seed)
-    learner = instantiate(cfg.algo)(spec=EnvSpec.from_env(env))
+    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
+    learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
     learner.load_state_dict(checkpoint["state_dict"])
     return learner, env
 
 
 def actors_network(checkpoint: dict, learner, env, bits: int | None) -> QuantizedNetwork:
-    """The quantized network the actors last ran, or a fresh quantization at ``bits``."""
-    state = checkpoint.get("callbacks", {}).get(BROADCAST_STATE, {})
+    """The network the actors last ran, or a fresh quantization at ``bits`` (int8 dynamic
+    for a run whose actors were fp32)."""
+    state = checkpoint.get(EXPERIENCE_STATE, {})
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
-    if bits is None and "payload" in state:
+    if bits is None and quant.bits != 32 and "payload" in state:
         quantized = QuantizedNetwork.template_for(network, quant)
         quantized.load_payload(state["payload"])
         return quantized
     if bits is not None:
-        quant = QuantSpec(**{**quant.__dict__, "bits": bits, "mode": quant.mode if bits == 8 else "dynamic"})
+        quant = quant.with_bits(bits, mode=quant.mode if bits == 8 else "dynamic")
     elif quant.bits == 32:
         quant = QuantSpec(bits=8, mode="dynamic")
     calibration = random_observations(env, quant.calibration_samples)
@@ -60,7 +61,7 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | 
     path = Path(checkpoint_path)
     if not path.is_file():
         raise ConfigError(f"no checkpoint at {path}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     learner, env = load_learner(checkpoint)
     network = actors_network(checkpoint, learner, env, bits)
     return export(network, out, greedy=learner.spec.discrete)

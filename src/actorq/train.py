@@ -20,11 +20,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from actorq.actors.policy import actor_policy
+from actorq.algos.base import check_policy_network
 from actorq.callbacks.evaluation import Evaluation
+from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
-from actorq.replay.experience import ExperienceWriter
-from actorq.replay.factory import transition_template
+from actorq.experience import Experience
+from actorq.quant import resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +47,22 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
         raise
 
 
-def check_action_space(algo_cls: type, spec: EnvSpec, env_name: str) -> None:
-    """Fails early when a discrete algorithm meets continuous actions or the reverse."""
-    wants_discrete = algo_cls.action_space == "discrete"
-    if wants_discrete != spec.discrete:
+def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
+    """The learner, complete: checked against the env's action space and the policy contract."""
+    make_learner = build(node)
+    algo_cls = make_learner.func
+    if (algo_cls.action_space == "discrete") != spec.discrete:
         has = "discrete" if spec.discrete else "continuous"
         raise ConfigError(
             f"{algo_cls.__name__} needs {algo_cls.action_space} actions but {env_name} has "
             f"{has} actions; pick an algorithm for {has} actions"
         )
+    try:
+        learner = make_learner(spec=spec)
+    except ValueError as error:
+        raise ConfigError(f"{algo_cls.__name__}: {error}") from error
+    check_policy_network(learner.behaviour_network, stochastic=learner.policy.stochastic)
+    return learner
 
 
 def train(cfg: DictConfig) -> tuple[dict, dict]:
@@ -62,60 +72,65 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         cfg: a config composed from ``actorq.conf`` (see ``conf/config.yaml``).
 
     Returns:
-        The summary written to ``summary.json`` and the live objects (learner, trainer,
-        callbacks) for inspection.
+        The summary written to ``summary.json`` and the live objects (learner, experience,
+        trainer, callbacks) for inspection.
     """
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    config = OmegaConf.to_container(cfg, resolve=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    env = make_env(cfg.env.name, seed=cfg.seed)
+    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
     spec = EnvSpec.from_env(env)
-    make_learner = build(cfg.algo)
-    check_action_space(make_learner.func, spec, cfg.env.name)
-    try:
-        learner = make_learner(spec=spec)
-    except ValueError as error:
-        raise ConfigError(f"{make_learner.func.__name__}: {error}") from error
-    learner.run_config = OmegaConf.to_container(cfg, resolve=True)
-    replay = build(cfg.replay, template=transition_template(env),
-                   planned_updates=learner.planned_updates(cfg.actors.total_frames))
-    writer = ExperienceWriter(replay, learner.n_step, learner.gamma)  # actors' own, if shared
-    broadcast = build(cfg.quant)
-    observations = random_observations(env, broadcast.quant.calibration_samples)
-    actor_policy = broadcast.prepare(learner, cfg.actors.envs_per_worker, observations)
-    actors = build(cfg.actors, env_name=cfg.env.name, policy=actor_policy, seed=cfg.seed,
-                   writer=writer if writer.in_workers else None)
-    learner.attach(actors, replay, writer)
+    learner = build_learner(cfg.algo, spec, cfg.env.name)
+    callbacks = [build(node) for node in cfg.callbacks.values()]
+    logger = build(cfg.logger)
 
-    evaluation = Evaluation(
-        cfg.env.name, cfg.eval.every_frames, cfg.eval.episodes, seed=cfg.seed + 10_000, broadcast=broadcast
+    quant = build(cfg.quant)
+    observations = random_observations(env, quant.calibration_samples)
+    quant, choice = resolve_precision(learner.behaviour_network, quant, cfg.actors.envs_per_worker,
+                                      observations, discrete=spec.discrete)
+    if choice is not None:
+        log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
+        logger.log_metrics(choice.metrics(), step=0)
+    experience = Experience(
+        cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
+        actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
+        seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
-    callbacks = [broadcast, evaluation, *(build(node) for node in cfg.callbacks.values())]
-    trainer = build(cfg.trainer, callbacks=callbacks, logger=build(cfg.logger))
+    trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
 
     started = time.perf_counter()
     try:
-        trainer.fit(learner)
+        trainer.fit(learner, datamodule=experience)
     finally:
-        actors.shutdown()
+        experience.shutdown()
     wall_clock = time.perf_counter() - started
 
-    summary = make_summary(learner, evaluation, broadcast, wall_clock)
+    evaluation = find_callback(callbacks, Evaluation)
+    summary = make_summary(learner, experience, evaluation, wall_clock)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    objects = {"learner": learner, "trainer": trainer, "evaluation": evaluation, "broadcast": broadcast}
+    objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
+               "broadcast": find_callback(callbacks, QuantizeBroadcast), "precision_choice": choice}
     return summary, objects
 
 
-def make_summary(learner, evaluation: Evaluation, broadcast, wall_clock: float) -> dict:
+def find_callback(callbacks: list, kind: type):
+    """The first callback of type ``kind``, or ``None``."""
+    return next((callback for callback in callbacks if isinstance(callback, kind)), None)
+
+
+def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float) -> dict:
+    history = evaluation.history if evaluation else []
+    history_quant = evaluation.history_quant if evaluation else []
     return {
-        "final_return": evaluation.last,
-        "best_return": evaluation.best,
-        "final_return_quant": evaluation.last_quant,
-        "actor_precision": broadcast.quant.describe(),
-        "eval_history": evaluation.history,
-        "eval_history_quant": evaluation.history_quant,
+        "final_return": history[-1][1] if history else None,
+        "best_return": max((r for _, r in history), default=None),
+        "final_return_quant": history_quant[-1][1] if history_quant else None,
+        "actor_precision": experience.quant.describe(),
+        "eval_history": history,
+        "eval_history_quant": history_quant,
         "frames": learner.frames,
         "learner_steps": learner.learner_steps,
         "wall_clock_s": round(wall_clock, 2),
@@ -132,4 +147,3 @@ def describe_outputs(cfg: DictConfig) -> str:
         f"TensorBoard logs: {run_dir / 'tb'}  (tensorboard --logdir {run_dir})\n"
         f"Summary: {run_dir / 'summary.json'}"
     )
-

@@ -15,7 +15,7 @@ from actorq.replay.shared import SharedReplay
 from actorq.train import train
 from tests.conftest import TINY
 
-FAST = (*TINY, "+experiment=dqn_cartpole", "algo.hidden=[32,32]", "callbacks=none")
+FAST = (*TINY, "+experiment=dqn_cartpole", "algo.hidden=[32,32]", "callbacks=no_checkpoint")
 TOTAL_FRAMES = 600  # TINY's budget
 
 

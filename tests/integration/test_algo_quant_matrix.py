@@ -24,8 +24,8 @@ PRECISIONS = {
     "auto": ("quant.bits=auto",),
 }
 SMALL = ("actors.total_frames=400", "actors.frames_per_batch=100", "actors.init_random_frames=100",
-         "actors.num_workers=2", "actors.update_every=5", "algo.learning_starts=100",
-         "algo.batch_size=32", "eval.every_frames=400", "eval.episodes=1", "callbacks=none")
+         "actors.num_workers=2", "callbacks.broadcast.every_n_steps=5", "algo.learning_starts=100",
+         "algo.batch_size=32", "eval.every_frames=400", "eval.episodes=1", "callbacks=no_checkpoint")
 
 
 CASES = [(algo, precision) for algo in ("dqn", "sac", "td3") for precision in PRECISIONS] + [

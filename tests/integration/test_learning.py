@@ -22,7 +22,7 @@ def learning_run(tmp_path_factory):
             run_dir = tmp_path_factory.mktemp(experiment)
             with initialize_config_module("actorq.conf", version_base="1.3"):
                 cfg = compose("config", overrides=[f"+experiment={experiment}", f"run_dir={run_dir}",
-                                                   "callbacks=none", *overrides])
+                                                   "callbacks=no_checkpoint", *overrides])
             summaries[key] = train(cfg)[0]
         return summaries[key]
 

@@ -18,7 +18,7 @@ def test_d4pg_balances_the_cartpole_within_100k_frames(make_cfg):
         "algo.actor_hidden=[64,64]",
         "algo.critic_hidden=[128,128]",
         "eval.episodes=3",
-        "callbacks=none",
+        "callbacks=no_checkpoint",
     )
     summary, _ = train(cfg)
     assert summary["frames"] <= 100_000 + cfg.actors.frames_per_batch
@@ -29,7 +29,7 @@ def test_sac_swings_up_the_pendulum_within_8k_frames(make_cfg):
     """Pendulum evaluations swing by 100+ between neighbouring evaluations of one run (a clean
     run measured -126, -132, -274 at 4k, 6k, 8k frames), so the bar is the best evaluation,
     and the last one must still be far above a random policy's -1200."""
-    cfg = make_cfg("+experiment=sac_pendulum", "actors.total_frames=8000", "callbacks=none")
+    cfg = make_cfg("+experiment=sac_pendulum", "actors.total_frames=8000", "callbacks=no_checkpoint")
     summary, _ = train(cfg)
     assert summary["best_return"] >= -200, summary["eval_history"]
     assert summary["final_return"] >= -400, summary["eval_history"]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_dqn_with_prioritized_replay_solves_cartpole(make_cfg):
-    cfg = make_cfg("+experiment=dqn_cartpole", "replay.prioritized=true", "callbacks=none",
+    cfg = make_cfg("+experiment=dqn_cartpole", "replay.prioritized=true", "callbacks=no_checkpoint",
                    "algo.target_tau=1.0", "algo.target_update_period=100")
     summary, objects = train(cfg)
     replay = objects["learner"].replay

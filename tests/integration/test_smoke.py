@@ -57,7 +57,7 @@ def run_cli(*args, cwd):
 
 def test_cli_trains_and_says_where_the_logs_are(tmp_path):
     result = run_cli("+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", f"run_dir={tmp_path}",
-                     "callbacks=none", cwd=tmp_path)
+                     "callbacks=no_checkpoint", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "TensorBoard logs:" in result.stdout and "summary.json" in result.stdout
 
@@ -88,7 +88,7 @@ def test_unknown_algorithm_lists_the_choices(tmp_path):
 
 
 def test_multirun_sweep_writes_one_run_dir_per_combination(tmp_path):
-    result = run_cli("-m", "+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", "callbacks=none",
+    result = run_cli("-m", "+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", "callbacks=no_checkpoint",
                      "quant.bits=32,8", f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/summary.json"))]

@@ -64,7 +64,7 @@ def test_update_returns_named_terms_lowers_the_loss_and_feeds_priorities():
     losses, metrics = fit_fixed_batch(learner, CONTINUOUS)
     assert {"loss_value", "loss_actor"} <= set(metrics)
     assert losses[-1] < losses[0]
-    priorities = learner.replay.priorities
+    priorities = learner.experience.replay.priorities
     assert priorities.shape == (32,) and (priorities > 0).all()
 
 

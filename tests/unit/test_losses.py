@@ -9,7 +9,7 @@ from actorq.algos.base import Exploration, soft_update
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
-from tests.helpers import CONTINUOUS, DISCRETE, RecordingReplay, attach_trainer, fit_fixed_batch, random_sample
+from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer, fit_fixed_batch, random_sample
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_update_returns_named_terms_and_feeds_priorities(make, spec, terms):
     losses, metrics = fit_fixed_batch(learner, spec)
     assert terms <= set(metrics)
     assert losses[-1] < losses[0]  # fitting a fixed batch lowers the TD loss
-    priorities = learner.replay.priorities
+    priorities = learner.experience.replay.priorities
     assert priorities.shape == (32,) and (priorities >= 0).all()
 
 
@@ -48,7 +48,6 @@ def test_td3_uses_the_smaller_twin_and_delays_the_actor():
         q1, q2 = (q(batch["next_observation"], next_action) for q in learner.critics_target)
         expected = batch["reward"] + 0.99 * torch.min(q1, q2)
     assert torch.allclose(learner.td_target(batch), expected)
-    learner.replay = RecordingReplay()
     attach_trainer(learner)
     updates = []
     for step in range(4):
@@ -88,12 +87,14 @@ def test_learning_rates_fall_linearly_to_their_final_fraction(final_lr_fraction)
     learner = DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,),
                    actor_lr=1e-3, critic_lr=2e-3, learning_starts=0, update_to_data=1.0,
                    final_lr_fraction=final_lr_fraction)
-    learner.actors = SimpleNamespace(total_frames=1000)  # 1000 planned updates
-    attach_trainer(learner)
+    attach_trainer(learner, total_frames=1000)  # 1000 planned updates
+    done = 0
 
     def rates_at(learner_steps: int) -> list[float]:
-        learner.learner_steps = learner_steps
-        learner.anneal_learning_rates()
+        nonlocal done
+        for _ in range(learner_steps - done):  # the learner steps them once per update
+            learner._step_schedulers()
+        done = learner_steps
         return [group["lr"] for optimizer in learner.optimizers() for group in optimizer.optimizer.param_groups]
 
     assert rates_at(0) == pytest.approx([1e-3, 2e-3])

@@ -10,12 +10,11 @@ from torch.distributions import AffineTransform, TanhTransform, TransformedDistr
 from actorq.actors.policy import ExplorationPolicy
 from actorq.algos.sac import SAC
 from actorq.networks import DeterministicActor, GaussianActor
-from tests.helpers import CONTINUOUS, RecordingReplay, attach_trainer, fit_fixed_batch, random_sample
+from tests.helpers import CONTINUOUS, attach_trainer, fit_fixed_batch, random_sample
 
 
 def make_sac(**kwargs):
     learner = SAC(CONTINUOUS, actor_hidden=(16,), critic_hidden=(32, 32), **kwargs)
-    learner.replay = RecordingReplay()
     attach_trainer(learner)
     return learner
 
@@ -25,7 +24,7 @@ def test_update_returns_named_terms_and_feeds_priorities():
     losses, metrics = fit_fixed_batch(learner, CONTINUOUS)
     assert {"loss_value", "loss_actor", "loss_alpha", "alpha"} <= set(metrics)
     assert losses[-1] < losses[0]
-    assert learner.replay.priorities.shape == (32,)
+    assert learner.experience.replay.priorities.shape == (32,)
 
 
 @pytest.mark.parametrize(("target_entropy", "direction"), [(-20.0, -1), (20.0, 1)])

@@ -5,6 +5,7 @@ also pushes the current epsilon (or Gaussian sigma): annealing is decided by the
 
 Example:
     >>> from actorq.envs import EnvSpec
+from actorq.quant import QuantizedNetwork, QuantSpec
     >>> from actorq.networks import QNetwork
     >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
     >>> policy = ExplorationPolicy(QNetwork(spec, (32,)), spec, noise_scale=0.1)
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from actorq.envs import EnvSpec
+from actorq.quant import QuantizedNetwork, QuantSpec
 
 
 class ExplorationPolicy(nn.Module):
@@ -37,6 +39,7 @@ class ExplorationPolicy(nn.Module):
         if stochastic and not hasattr(network, "sample"):
             raise ValueError(f"a stochastic policy needs a network with sample(), got {type(network).__name__}")
         self.network = network
+        self.env_spec = spec  # not `spec`: TorchRL reads a policy's `spec` as its output spec
         self.stochastic = stochastic
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
@@ -60,3 +63,26 @@ class ExplorationPolicy(nn.Module):
             return torch.where(explore, random, greedy)
         noise = torch.randn_like(out) * self.noise_scale * (self.high - self.low) / 2
         return torch.clamp(out + noise, self.low, self.high)
+
+
+def actor_policy(learner_policy: ExplorationPolicy, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
+    """The actors' own copy of the learner's policy, its network encoded at ``quant``
+    (fp32 included): it changes only when a broadcast loads a new payload, never with the
+    learner's optimizer steps.
+
+    Args:
+        learner_policy: the learner's :class:`ExplorationPolicy` (``learner.policy``).
+        quant: the actors' precision, ``bits="auto"`` resolved.
+        observations: calibration observations for static int8 (a few env steps' worth).
+
+    Example:
+        >>> from actorq.networks import QNetwork
+        >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+        >>> learner_policy = ExplorationPolicy(QNetwork(spec, (32,)), spec, noise_scale=0.0)
+        >>> policy = actor_policy(learner_policy, QuantSpec(bits=8, mode="dynamic"), torch.randn(64, 4))
+        >>> type(policy.network).__name__, policy.network is not learner_policy.network
+        ('QuantizedNetwork', True)
+    """
+    network = QuantizedNetwork.from_network(learner_policy.network, quant, observations)
+    return ExplorationPolicy(network, learner_policy.env_spec, float(learner_policy.noise_scale),
+                             stochastic=learner_policy.stochastic)

@@ -49,11 +49,11 @@ class Written:
 WRITTEN = Written()
 
 
-def make_worker_env(env_name: str, envs_per_worker: int, seed: int) -> EnvBase:
+def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None) -> EnvBase:
     """One worker's environments: a single env, or a ``SerialEnv`` of several."""
     if envs_per_worker == 1:
-        return make_env(env_name, seed=seed)
-    return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed))
+        return make_env(env_name, seed=seed, library=library)
+    return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed, library=library))
 
 
 class ActorPool:
@@ -71,7 +71,7 @@ class ActorPool:
         total_frames: stop after this many env steps in total.
         init_random_frames: the first frames use uniformly random actions.
         seed: base seed; worker ``i`` gets a distinct derived seed.
-        update_every: learner steps between weight pushes (read by the broadcast callback).
+        library: the environment suite (``env.library``); ``None`` looks the name up.
         writer: when given, each worker writes its batches through it (an
             :class:`~actorq.replay.experience.ExperienceWriter` over a shared replay) and
             iteration yields :data:`WRITTEN` for each batch written, until ``total_frames``
@@ -88,19 +88,18 @@ class ActorPool:
         envs_per_worker: int = 1,
         init_random_frames: int = 0,
         seed: int = 0,
-        update_every: int = 100,
+        library: str | None = None,
         writer: ExperienceWriter | None = None,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
-                            ("frames_per_batch", frames_per_batch), ("total_frames", total_frames),
-                            ("update_every", update_every)):
+                            ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
             if value <= 0:
                 raise ValueError(f"actors.{name} must be positive, got {value}")
         if init_random_frames < 0:
             raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed)
+        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library)
         self.collector = MultiAsyncCollector(
             [env_fn] * num_workers,
             self.policy,
@@ -113,7 +112,6 @@ class ActorPool:
         self.collector.set_seed(seed)
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
-        self.update_every = update_every
         self.writer = writer
 
     def __iter__(self) -> Iterator[TensorDictBase | Written]:

@@ -1,26 +1,30 @@
 """The off-policy learner every algorithm shares: replay in, gradient steps out.
 
 One Lightning "batch" is one batch of experience from the actors. ``training_step`` turns
-it into n-step transitions, stores them (through an
+it into n-step transitions, stores them (through the experience pipeline's
 :class:`~actorq.replay.experience.ExperienceWriter`), and runs ``update_to_data * frames``
 gradient updates on replay samples. With a shared replay the actor processes store their
 batches themselves and the "batch" is only a marker; the frames that arrived are counted
-all the same. Subclasses only say what their networks are and what one update does
-(:meth:`update`), returning named loss terms.
+all the same. Subclasses only say what their networks and optimizers are and what one
+update does (:meth:`update`), returning named loss terms; the logged value of each term is
+its mean over the updates of one batch.
+
+The learner is complete at construction. Its data comes from the Trainer's datamodule, an
+:class:`actorq.experience.Experience`, reached as :attr:`OffPolicyLearner.experience`.
 
 Attributes that callbacks rely on (documented, stable):
-    actors: the :class:`~actorq.actors.pool.ActorPool` feeding this learner.
-    replay: the :class:`~actorq.replay.base.ReplayBuffer`.
-    writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores experience.
+    experience: ``trainer.datamodule``: the replay, writer and actor pool.
     frames: environment steps received so far.
     learner_steps: gradient updates done so far.
     policy: the learner-side :class:`~actorq.actors.policy.ExplorationPolicy` (fp32, live
-        weights), the structure every actor runs.
+        weights) with the current exploration scale.
+    behaviour_network: the fp32 network the actors run a copy of.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from abc import abstractmethod
 
 import lightning as L
@@ -30,8 +34,12 @@ from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
-from actorq.replay.base import ReplayBuffer, Sample
-from actorq.replay.experience import Arrivals, ExperienceWriter
+from actorq.replay.base import Sample
+from actorq.replay.experience import Arrivals
+
+# TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
+# per update (the schedule counts updates, not optimizer steps), which torch warns about.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 
 class Exploration:
@@ -62,6 +70,25 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
             t.lerp_(s, tau)
 
 
+class LinearDecay:
+    """Learning-rate factor for ``LambdaLR``: 1 at update 0, ``final_fraction`` after
+    ``updates`` updates, linear in between (a class, so the scheduler's state pickles).
+
+    Example:
+        >>> decay = LinearDecay(updates=100, final_fraction=0.0)
+        >>> decay(0), decay(50), decay(100), decay(200)
+        (1.0, 0.5, 0.0, 0.0)
+    """
+
+    def __init__(self, updates: int, final_fraction: float):
+        self.updates = max(1, int(updates))
+        self.final_fraction = final_fraction
+
+    def __call__(self, step: int) -> float:
+        progress = min(1.0, step / self.updates)
+        return 1.0 - progress * (1.0 - self.final_fraction)
+
+
 class OffPolicyLearner(L.LightningModule):
     """Base learner: experience handling, update scheduling, target networks, logging.
 
@@ -78,8 +105,9 @@ class OffPolicyLearner(L.LightningModule):
         target_update_period: learner steps between target updates.
         final_lr_fraction: every optimizer's learning rate falls linearly from its initial
             value to this fraction of it over the run's planned updates (1.0 keeps it
-            constant). A smaller step size at the end keeps a solved policy from drifting
-            away late in training, the usual way DQN loses CartPole after solving it.
+            constant), through a ``LambdaLR`` scheduler per optimizer. A smaller step size
+            at the end keeps a solved policy from drifting away late in training, the usual
+            way DQN loses CartPole after solving it.
     """
 
     action_space: str = "continuous"  # or "discrete"; checked against the env at start
@@ -116,9 +144,6 @@ class OffPolicyLearner(L.LightningModule):
         self.target_tau = target_tau
         self.target_update_period = target_update_period
         self.final_lr_fraction = final_lr_fraction
-        self.actors = None
-        self.replay: ReplayBuffer | None = None
-        self.writer: ExperienceWriter | None = None
         self.frames = 0
         self.learner_steps = 0
         self._update_debt = 0.0
@@ -132,7 +157,13 @@ class OffPolicyLearner(L.LightningModule):
     @property
     @abstractmethod
     def behaviour_network(self) -> nn.Module:
-        """The network the actors run (Q-network or deterministic actor)."""
+        """The network the actors run (Q-network or deterministic actor): a policy network
+        with an MLP ``trunk`` (an ``nn.Sequential``) and a ``head`` (see
+        :func:`check_policy_network`)."""
+
+    @abstractmethod
+    def make_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers, in the order :meth:`update` unpacks ``self.optimizers()``."""
 
     @abstractmethod
     def update(self, sample: Sample) -> dict[str, torch.Tensor]:
@@ -148,19 +179,28 @@ class OffPolicyLearner(L.LightningModule):
             out = self.behaviour_network(observation.to(self.device))
         return (out.argmax(-1) if self.spec.discrete else out).cpu()
 
+    # --- what variants share --------------------------------------------------------
+
+    def optimizer_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
+        """``zero_grad``, backward through Lightning (precision plugins apply), optional
+        gradient-norm clipping, ``step``."""
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        if max_grad_norm > 0:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+
+    def feed_priorities(self, sample: Sample, td_error: torch.Tensor) -> None:
+        """Sends ``|td_error|`` back to the replay (a no-op for uniform replay)."""
+        self.experience.replay.update_priorities(sample.indices, td_error.detach().abs().cpu())
+
     # --- the shared loop ------------------------------------------------------------
 
-    def attach(self, actors, replay: ReplayBuffer, writer: ExperienceWriter | None = None) -> None:
-        """Connects the actor pool and the replay buffer (done by ``actorq.train``).
-
-        ``writer`` is the one the actors were given, if they write into the replay
-        themselves; otherwise the learner makes its own.
-        """
-        self.actors = actors
-        self.replay = replay
-        if writer is None:
-            writer = ExperienceWriter(replay, self.n_step, self.gamma)
-        self.writer = writer
+    @property
+    def experience(self):
+        """The :class:`~actorq.experience.Experience` the Trainer fits on."""
+        return self.trainer.datamodule
 
     def planned_updates(self, total_frames: int) -> int:
         """Gradient updates a run of ``total_frames`` env frames makes (each draws one sample)."""
@@ -171,13 +211,14 @@ class OffPolicyLearner(L.LightningModule):
         # A fresh wrapper around the live network, carrying the current exploration scale.
         return ExplorationPolicy(self.behaviour_network, self.spec, self.exploration(self.frames))
 
-    def train_dataloader(self):
-        if self.actors is None:
-            raise RuntimeError("attach(actors, replay) before fitting the learner")
-        return self.actors
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        return batch  # experience goes into the CPU replay buffer as it is
+    def configure_optimizers(self):
+        optimizers = self.make_optimizers()
+        planned = self.planned_updates(self.experience.total_frames)
+        schedulers = [
+            torch.optim.lr_scheduler.LambdaLR(optimizer, LinearDecay(planned, self.final_lr_fraction))
+            for optimizer in optimizers
+        ]
+        return optimizers, schedulers
 
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
         started = time.perf_counter()
@@ -185,9 +226,10 @@ class OffPolicyLearner(L.LightningModule):
             self._started_at = started
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
+        writer = self.experience.writer
         if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
-            self.writer.extend(batch)
-        arrivals = self.writer.arrivals()
+            writer.extend(batch)
+        arrivals = writer.arrivals()
         self.frames += arrivals.frames
         metrics = self._learn(arrivals.frames)
         self.time_learn += time.perf_counter() - started
@@ -195,41 +237,37 @@ class OffPolicyLearner(L.LightningModule):
         self._log(arrivals, metrics)
 
     def _learn(self, new_frames: int) -> dict[str, torch.Tensor]:
-        if self.frames < self.learning_starts or len(self.replay) < self.batch_size:
+        """Runs the updates this batch pays for; returns each term's mean over them."""
+        replay = self.experience.replay
+        if self.frames < self.learning_starts or len(replay) < self.batch_size:
             return {}
         self._update_debt += new_frames * self.update_to_data
-        metrics: dict[str, torch.Tensor] = {}
+        totals: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
         while self._update_debt >= 1:
             self._update_debt -= 1
-            self.anneal_learning_rates()
-            sample = self.replay.sample(self.batch_size)
+            sample = replay.sample(self.batch_size)
             if self.device.type != "cpu":  # the replay lives in CPU memory
                 sample.batch = sample.batch.to(self.device)
                 sample.weights = sample.weights.to(self.device)
-            metrics = self.update(sample)
+            for name, value in self.update(sample).items():
+                totals[name] = totals.get(name, 0.0) + value
+                counts[name] = counts.get(name, 0) + 1
             self.learner_steps += 1
+            self._step_schedulers()
             if self.learner_steps % self.target_update_period == 0:
                 self.update_targets()
-        return metrics
+        return {name: total / counts[name] for name, total in totals.items()}
 
-    def anneal_learning_rates(self) -> None:
-        """Sets each optimizer's learning rate for the next update (see ``final_lr_fraction``)."""
-        if self.final_lr_fraction == 1.0 or self.actors is None:
-            return
-        progress = min(1.0, self.learner_steps / max(1, self.planned_updates(self.actors.total_frames)))
-        factor = 1.0 - progress * (1.0 - self.final_lr_fraction)
-        optimizers = self.optimizers()
-        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
-            for group in optimizer.optimizer.param_groups:  # Lightning wraps each optimizer
-                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
+    def _step_schedulers(self) -> None:
+        schedulers = self.lr_schedulers()
+        for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
+            if scheduler is not None:
+                scheduler.step()
 
     def update_targets(self) -> None:
         for target, online in self.target_pairs():
             soft_update(target, online, self.target_tau)
-
-    def feed_priorities(self, sample: Sample, td_error: torch.Tensor) -> None:
-        """Sends ``|td_error|`` back to the replay (a no-op for uniform replay)."""
-        self.replay.update_priorities(sample.indices, td_error.detach().abs().cpu())
 
     def _log(self, arrivals: Arrivals, metrics: dict[str, torch.Tensor]) -> None:
         values = {f"train/{name}": float(value) for name, value in metrics.items()}
@@ -254,24 +292,45 @@ class OffPolicyLearner(L.LightningModule):
     # --- checkpoints ----------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["actorq"] = {
-            "config": getattr(self, "run_config", None),
-            "frames": self.frames,
-            "learner_steps": self.learner_steps,
-            "replay": self.replay.state_dict() if self.replay is not None else {},
-        }
+        checkpoint["actorq"] = {"frames": self.frames, "learner_steps": self.learner_steps}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("actorq", {})
         self.frames = state.get("frames", 0)
         self.learner_steps = state.get("learner_steps", 0)
-        if self.replay is not None and state.get("replay"):
-            # The sampling state (beta's progress, generators); transitions are not saved.
-            self.replay.load_state_dict(state["replay"])
+
+
+def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
+    """The contract every policy network meets, so it can be quantized and run by actors:
+    ``network.trunk`` is an ``nn.Sequential`` of ``Linear`` / ``LayerNorm`` / activation
+    modules, ``network.head`` a full-precision module, ``network(obs)`` equals
+    ``head(trunk(obs))`` and, for stochastic policies, ``network.head.sample(features)``
+    draws an action.
+
+    Raises:
+        TypeError: naming what is missing.
+
+    Example:
+        >>> from actorq.networks import QNetwork
+        >>> from actorq.envs import EnvSpec
+        >>> check_policy_network(QNetwork(EnvSpec(obs_dim=4, discrete=True, num_actions=2), (8,)))
+        >>> check_policy_network(nn.Linear(4, 2))
+        Traceback (most recent call last):
+        ...
+        TypeError: a policy network needs a `trunk` (nn.Sequential) and a `head` module; Linear has neither
+    """
+    name = type(network).__name__
+    trunk, head = getattr(network, "trunk", None), getattr(network, "head", None)
+    if not isinstance(trunk, nn.Sequential) or not isinstance(head, nn.Module):
+        raise TypeError(f"a policy network needs a `trunk` (nn.Sequential) and a `head` module; {name} has neither"
+                        if trunk is None and head is None else
+                        f"a policy network needs a `trunk` (nn.Sequential) and a `head` module; {name} has "
+                        f"trunk={type(trunk).__name__}, head={type(head).__name__}")
+    if stochastic and not hasattr(head, "sample"):
+        raise TypeError(f"a stochastic policy's head needs sample(features); {type(head).__name__} has none")
 
 
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
-

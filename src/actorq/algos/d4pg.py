@@ -23,15 +23,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from actorq.algos.ddpg import DDPG
-from actorq.envs import EnvSpec
-from actorq.networks import Critic
 from actorq.replay.base import Sample
 
 
@@ -87,12 +82,9 @@ class D4PG(DDPG):
             raise ValueError(f"num_atoms must be >= 2, got {num_atoms}")
         if not v_min < v_max:
             raise ValueError(f"v_min must be below v_max, got v_min={v_min}, v_max={v_max}")
-        self.num_atoms = num_atoms  # read by make_critic, which DDPG.__init__ calls
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, critic_out_dim=num_atoms, **kwargs)
+        self.num_atoms = num_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, num_atoms))
-
-    def make_critic(self, spec: EnvSpec, hidden: Sequence[int], layer_norm: bool) -> nn.Module:
-        return Critic(spec, hidden, layer_norm=layer_norm, out_dim=self.num_atoms)
 
     def q_value(self, logits: torch.Tensor) -> torch.Tensor:
         """``Q = sum_i softmax(logits)_i * z_i``: the mean of the value distribution."""

@@ -15,62 +15,37 @@ import copy
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
-from actorq.algos.base import Exploration, OffPolicyLearner
+from actorq.algos.actor_critic import ActorCriticLearner
+from actorq.algos.base import Exploration
 from actorq.envs import EnvSpec
-from actorq.networks import Critic, DeterministicActor
+from actorq.networks import DeterministicActor
 from actorq.replay.base import Sample
 
 
-class DDPG(OffPolicyLearner):
+class DDPG(ActorCriticLearner):
     """Deterministic policy gradient with one critic and soft-updated target networks.
 
     Args:
         spec: a continuous-action environment spec.
         exploration: Gaussian sigma (as a fraction of the half action range) for the actors.
-        actor_hidden: hidden widths of the policy MLP.
-        critic_hidden: hidden widths of the critic MLP.
-        critic_layer_norm: layer-normalise the critic's hidden layers.
-        actor_lr: Adam learning rate of the policy.
-        critic_lr: Adam learning rate of the critic.
-        **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
+        **kwargs: :class:`~actorq.algos.actor_critic.ActorCriticLearner` arguments
+            (``actor_hidden``, ``critic_hidden``, ``critic_layer_norm``, learning rates, ...).
     """
 
     num_critics = 1
 
-    def __init__(
-        self,
-        spec: EnvSpec,
-        exploration: Exploration,
-        actor_hidden: Sequence[int] = (256, 256),
-        critic_hidden: Sequence[int] = (256, 256),
-        critic_layer_norm: bool = False,
-        actor_lr: float = 1e-3,
-        critic_lr: float = 1e-3,
-        **kwargs,
-    ):
+    def __init__(self, spec: EnvSpec, exploration: Exploration, **kwargs):
         super().__init__(spec, exploration, **kwargs)
-        self.actor = DeterministicActor(spec, actor_hidden)
-        self.critics = nn.ModuleList(
-            self.make_critic(spec, critic_hidden, critic_layer_norm) for _ in range(self.num_critics)
-        )
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.actor_lr = actor_lr
-        self.critic_lr = critic_lr
 
-    def make_critic(self, spec: EnvSpec, hidden: Sequence[int], layer_norm: bool) -> nn.Module:
-        return Critic(spec, hidden, layer_norm=layer_norm)
-
-    @property
-    def behaviour_network(self) -> nn.Module:
-        return self.actor
+    def make_actor(self, spec: EnvSpec, hidden: Sequence[int]) -> torch.nn.Module:
+        return DeterministicActor(spec, hidden)
 
     def target_pairs(self):
         return [(self.actor_target, self.actor), (self.critics_target, self.critics)]
 
-    def configure_optimizers(self):
+    def make_optimizers(self):
         return [
             torch.optim.Adam(self.actor.parameters(), lr=self.actor_lr),
             torch.optim.Adam(self.critics.parameters(), lr=self.critic_lr),
@@ -85,16 +60,8 @@ class DDPG(OffPolicyLearner):
         """``y = r + discount * min_i Q'_i(s', mu'(s'))`` (one critic for DDPG)."""
         with torch.no_grad():
             next_action = self.target_action(batch["next_observation"])
-            next_q = torch.stack([q(batch["next_observation"], next_action) for q in self.critics_target])
-            return batch["reward"] + batch["discount"] * next_q.min(dim=0).values
-
-    def critic_loss(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
-        """Importance-weighted squared TD error summed over critics, and the first TD error."""
-        batch = sample.batch
-        target = self.td_target(batch)
-        td_errors = [q(batch["observation"], batch["action"]) - target for q in self.critics]
-        loss = sum((sample.weights * td.pow(2)).mean() for td in td_errors)
-        return loss, td_errors[0]
+            next_q = self.min_q(self.critics_target, batch["next_observation"], next_action)
+            return batch["reward"] + batch["discount"] * next_q
 
     def actor_loss(self, observation: torch.Tensor) -> torch.Tensor:
         """``-Q_1(s, mu(s))``: ascend the first critic."""
@@ -107,17 +74,9 @@ class DDPG(OffPolicyLearner):
 
     def update(self, sample: Sample) -> dict[str, torch.Tensor]:
         actor_optimizer, critic_optimizer = self.optimizers()
-        loss_value, td_error = self.critic_loss(sample)
-        critic_optimizer.zero_grad()
-        self.manual_backward(loss_value)
-        critic_optimizer.step()
-        self.feed_priorities(sample, td_error)
-        metrics = {"loss_value": loss_value.detach(), "td_error": td_error.detach().abs().mean()}
-
+        metrics = self.update_critics(sample, critic_optimizer)
         if self.should_update_actor():
             loss_actor = self.actor_loss(sample.batch["observation"])
-            actor_optimizer.zero_grad()
-            self.manual_backward(loss_actor)
-            actor_optimizer.step()
+            self.optimizer_step(actor_optimizer, loss_actor)
             metrics["loss_actor"] = loss_actor.detach()
         return metrics

@@ -60,8 +60,8 @@ class DQN(OffPolicyLearner):
     def target_pairs(self):
         return [(self.q_target, self.q_network)]
 
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.q_network.parameters(), lr=self.lr)
+    def make_optimizers(self):
+        return [torch.optim.Adam(self.q_network.parameters(), lr=self.lr)]
 
     def td_target(self, batch) -> torch.Tensor:
         """``r + discount * Q_target(s', a*)``, with ``a*`` from the online net if double."""
@@ -80,11 +80,6 @@ class DQN(OffPolicyLearner):
         target = self.td_target(batch)
         loss_value = (sample.weights * F.smooth_l1_loss(q_value, target, reduction="none")).mean()
 
-        optimizer = self.optimizers()
-        optimizer.zero_grad()
-        self.manual_backward(loss_value)
-        if self.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.q_network.parameters(), self.max_grad_norm)
-        optimizer.step()
+        self.optimizer_step(self.optimizers(), loss_value, self.max_grad_norm)
         self.feed_priorities(sample, q_value - target)
         return {"loss_value": loss_value.detach(), "q_mean": q_value.detach().mean()}

@@ -5,8 +5,9 @@ The policy ``pi_phi`` is a tanh-squashed Gaussian; twin soft Q-functions ``Q_the
 entropy tracks ``target_entropy`` (the "automating entropy adjustment" of the second paper,
 "Soft Actor-Critic Algorithms and Applications").
 
-SAC shares DDPG's critics but neither its deterministic actor nor its target policy, so it
-builds on :class:`~actorq.algos.base.OffPolicyLearner` directly. The actors sample from the
+SAC shares DDPG's critics (their construction, targets and loss) but neither its
+deterministic actor nor its target policy, so both build on
+:class:`~actorq.algos.actor_critic.ActorCriticLearner`. The actors sample from the
 policy itself (an :class:`~actorq.actors.policy.ExplorationPolicy` with ``stochastic=True``);
 evaluation uses the deterministic action ``tanh(mean)``.
 
@@ -20,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 
@@ -28,28 +28,26 @@ import torch
 from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
-from actorq.algos.base import Exploration, OffPolicyLearner
+from actorq.algos.actor_critic import ActorCriticLearner
+from actorq.algos.base import Exploration
 from actorq.envs import EnvSpec
-from actorq.networks import Critic, GaussianActor
+from actorq.networks import GaussianActor
 from actorq.replay.base import Sample
 
 
-class SAC(OffPolicyLearner):
+class SAC(ActorCriticLearner):
     """Soft actor-critic with twin critics and automatic temperature tuning.
 
     Args:
         spec: a continuous-action environment spec.
         exploration: unused by the actors (they sample from the policy); accepted so every
             learner is built the same way. Defaults to a zero scale.
-        actor_hidden: hidden widths of the policy MLP.
-        critic_hidden: hidden widths of each critic MLP.
-        critic_layer_norm: layer-normalise the critics' hidden layers.
-        actor_lr: Adam learning rate of the policy.
-        critic_lr: Adam learning rate of the critics.
         alpha_lr: Adam learning rate of ``log(alpha)``.
         init_alpha: the temperature at the start.
         target_entropy: the entropy ``alpha`` steers towards; ``None`` gives ``-action_dim``.
-        **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
+        actor_lr, critic_lr: Adam learning rates (SAC's paper uses 3e-4 for both).
+        **kwargs: :class:`~actorq.algos.actor_critic.ActorCriticLearner` arguments
+            (``actor_hidden``, ``critic_hidden``, ``critic_layer_norm``, ...).
     """
 
     num_critics = 2
@@ -58,38 +56,27 @@ class SAC(OffPolicyLearner):
         self,
         spec: EnvSpec,
         exploration: Exploration | None = None,
-        actor_hidden: Sequence[int] = (256, 256),
-        critic_hidden: Sequence[int] = (256, 256),
-        critic_layer_norm: bool = False,
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
         alpha_lr: float = 3e-4,
         init_alpha: float = 1.0,
         target_entropy: float | None = None,
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
         **kwargs,
     ):
-        super().__init__(spec, exploration or Exploration(0.0), **kwargs)
         if init_alpha <= 0:
             raise ValueError(f"init_alpha must be positive, got {init_alpha}")
-        self.actor = GaussianActor(spec, actor_hidden)
-        self.critics = nn.ModuleList(
-            Critic(spec, critic_hidden, layer_norm=critic_layer_norm) for _ in range(self.num_critics)
-        )
-        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        super().__init__(spec, exploration or Exploration(0.0), actor_lr=actor_lr, critic_lr=critic_lr, **kwargs)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
         self.target_entropy = float(-spec.action_dim if target_entropy is None else target_entropy)
-        self.actor_lr = actor_lr
-        self.critic_lr = critic_lr
         self.alpha_lr = alpha_lr
+
+    def make_actor(self, spec: EnvSpec, hidden: Sequence[int]) -> nn.Module:
+        return GaussianActor(spec, hidden)
 
     @property
     def alpha(self) -> torch.Tensor:
         """The temperature ``alpha = exp(log_alpha)`` (detached)."""
         return self.log_alpha.detach().exp()
-
-    @property
-    def behaviour_network(self) -> nn.Module:
-        return self.actor
 
     @property
     def policy(self) -> ExplorationPolicy:
@@ -98,7 +85,7 @@ class SAC(OffPolicyLearner):
     def target_pairs(self):
         return [(self.critics_target, self.critics)]
 
-    def configure_optimizers(self):
+    def make_optimizers(self):
         return [
             torch.optim.Adam(self.critics.parameters(), lr=self.critic_lr),
             torch.optim.Adam(self.actor.parameters(), lr=self.actor_lr),
@@ -111,23 +98,15 @@ class SAC(OffPolicyLearner):
         """``y = r + discount * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))``, ``a' ~ pi(s')``."""
         with torch.no_grad():
             next_action, next_log_prob = self.actor.rsample_with_log_prob(batch["next_observation"])
-            next_q = torch.stack([q(batch["next_observation"], next_action) for q in self.critics_target])
-            soft_value = next_q.min(dim=0).values - self.alpha * next_log_prob
+            next_q = self.min_q(self.critics_target, batch["next_observation"], next_action)
+            soft_value = next_q - self.alpha * next_log_prob
             return batch["reward"] + batch["discount"] * soft_value
-
-    def critic_loss(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
-        """``J_Q``: importance-weighted squared soft TD error summed over critics, and the first TD error."""
-        batch = sample.batch
-        target = self.td_target(batch)
-        td_errors = [q(batch["observation"], batch["action"]) - target for q in self.critics]
-        loss = sum((sample.weights * td.pow(2)).mean() for td in td_errors)
-        return loss, td_errors[0]
 
     def actor_loss(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``J_pi = E[alpha * log pi(a|s) - min_i Q_i(s, a)]``, ``a ~ pi(s)`` reparameterised;
         also returns ``log pi(a|s)`` for the temperature update."""
         action, log_prob = self.actor.rsample_with_log_prob(observation)
-        q = torch.stack([q(observation, action) for q in self.critics]).min(dim=0).values
+        q = self.min_q(self.critics, observation, action)
         return (self.alpha * log_prob - q).mean(), log_prob.detach()
 
     def alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
@@ -138,25 +117,17 @@ class SAC(OffPolicyLearner):
 
     def update(self, sample: Sample) -> dict[str, torch.Tensor]:
         critic_optimizer, actor_optimizer, alpha_optimizer = self.optimizers()
-        loss_value, td_error = self.critic_loss(sample)
-        self._step(critic_optimizer, loss_value)
-        self.feed_priorities(sample, td_error)
+        metrics = self.update_critics(sample, critic_optimizer)
 
         loss_actor, log_prob = self.actor_loss(sample.batch["observation"])
-        self._step(actor_optimizer, loss_actor)
+        self.optimizer_step(actor_optimizer, loss_actor)
 
         loss_alpha = self.alpha_loss(log_prob)
-        self._step(alpha_optimizer, loss_alpha)
+        self.optimizer_step(alpha_optimizer, loss_alpha)
         return {
-            "loss_value": loss_value.detach(),
+            **metrics,
             "loss_actor": loss_actor.detach(),
             "loss_alpha": loss_alpha.detach(),
             "alpha": self.alpha,
             "entropy": -log_prob.mean(),
-            "td_error": td_error.detach().abs().mean(),
         }
-
-    def _step(self, optimizer, loss: torch.Tensor) -> None:
-        optimizer.zero_grad()
-        self.manual_backward(loss)
-        optimizer.step()

@@ -31,7 +31,7 @@ QUICK_OVERRIDES = (
 
 def run(experiment: str, bits: int, seed: int, run_dir: Path, extra: Sequence[str]) -> dict:
     overrides = [f"+experiment={experiment}", f"quant.bits={bits}", f"seed={seed}", f"run_dir={run_dir}",
-                 "callbacks=none", *EXPERIMENT_OVERRIDES.get(experiment, ()), *extra]
+                 "callbacks=no_checkpoint", *EXPERIMENT_OVERRIDES.get(experiment, ()), *extra]
     with initialize_config_module("actorq.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     summary, _ = train(cfg)

@@ -1,7 +1,13 @@
-"""Evaluation: deterministic episodes of the learner's fp32 policy on a schedule.
+"""Evaluation: deterministic episodes of the learner's fp32 policy (and of the actors'
+quantized copy) on a schedule.
+
+The environment, the seed and the actors' policy come from the experience pipeline
+(``trainer.datamodule``).
 
 Example:
-    >>> evaluation = Evaluation(env_name="CartPole-v1", every_frames=10_000, episodes=5)
+    >>> evaluation = Evaluation(every_frames=10_000, episodes=5)
+    >>> evaluation.should_update(9_999), evaluation.should_update(10_000)
+    (False, True)
 """
 
 from __future__ import annotations
@@ -12,42 +18,31 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
-from actorq.envs import make_env, rollout_return
+from actorq.envs import rollout_return
 
 
 class Evaluation(Callback):
     """Runs ``episodes`` greedy episodes every ``every_frames`` env frames and at the end.
 
     Logs ``eval/return_mean`` and ``eval/return_std`` for the learner's fp32 policy, and
-    ``eval/return_mean_quant`` for the quantized policy the actors run (when they do).
-    Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
+    ``eval/return_mean_quant`` for the reduced-precision policy the actors run (when it is
+    not fp32). Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
 
     Args:
-        env_name: environment to evaluate on (a separate instance from the actors').
         every_frames: evaluation period in env frames.
         episodes: episodes per evaluation.
-        seed: seed of the evaluation environment.
-        broadcast: the run's :class:`~actorq.callbacks.quantize_broadcast.QuantizeBroadcast`,
-            whose ``actor_policy`` is evaluated too.
+        seed_offset: the evaluation environment's seed is the run's seed plus this.
     """
 
-    def __init__(
-        self,
-        env_name: str,
-        every_frames: int,
-        episodes: int = 10,
-        seed: int = 12345,
-        broadcast: QuantizeBroadcast | None = None,
-    ):
-        if every_frames <= 0 or episodes <= 0:
-            raise ValueError("eval.every_frames and eval.episodes must be positive")
-        self.env_name = env_name
+    def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000):
+        if every_frames <= 0:
+            raise ValueError(f"eval.every_frames must be positive, got {every_frames}")
+        if episodes <= 0:
+            raise ValueError(f"eval.episodes must be positive, got {episodes}")
         self.every_frames = every_frames
         self.episodes = episodes
-        self.seed = seed
+        self.seed_offset = seed_offset
         self.next_frames = every_frames
-        self.broadcast = broadcast
         self.history: list[tuple[int, float]] = []
         self.history_quant: list[tuple[int, float]] = []
         self._env = None
@@ -73,29 +68,30 @@ class Evaluation(Callback):
             return
         while self.next_frames <= pl_module.frames:
             self.next_frames += self.every_frames
-        self.evaluate(pl_module)
+        self.evaluate(trainer, pl_module)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
         if not self.history or self.history[-1][0] != pl_module.frames:
-            self.evaluate(pl_module, log=False)
+            self.evaluate(trainer, pl_module, log=False)
         if trainer.logger is not None:
             final = {"eval/return_mean": self.last}
             if self.history_quant:
                 final["eval/return_mean_quant"] = self.last_quant
             trainer.logger.log_metrics(final, step=pl_module.frames)
 
-    def evaluate(self, pl_module, log: bool = True) -> float:
-        """Runs the episodes now (fp32, then quantized if the actors are) and records the means."""
+    def evaluate(self, trainer: L.Trainer, pl_module, log: bool = True) -> float:
+        """Runs the episodes now (fp32, then the actors' policy if it is not fp32) and records
+        the means."""
+        experience = trainer.datamodule
         if self._env is None:
-            self._env = make_env(self.env_name, seed=self.seed)
+            self._env = experience.make_env(seed=experience.seed + self.seed_offset)
         returns = rollout_return(self._env, pl_module.act, self.episodes)
         mean = statistics.fmean(returns)
         self.history.append((pl_module.frames, mean))
         metrics = {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)}
-        actor_policy = getattr(self.broadcast, "actor_policy", None)
-        if actor_policy is not None:
-            act = greedy(actor_policy.network, pl_module.spec.discrete)
+        if experience.quant.bits != 32:
+            act = greedy(experience.actor_policy.network, pl_module.spec.discrete)
             mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))
             self.history_quant.append((pl_module.frames, mean_quant))
             metrics["eval/return_mean_quant"] = mean_quant

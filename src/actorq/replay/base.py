@@ -50,6 +50,17 @@ class ReplayBuffer(ABC):
     def __len__(self) -> int:
         """Number of transitions stored."""
 
+    def observations(self, count: int) -> torch.Tensor:
+        """``count`` stored observations drawn uniformly, leaving the sampling state (the
+        generator, a prioritized buffer's beta) untouched: for calibrating quantization."""
+        size = len(self)
+        if size == 0:
+            raise RuntimeError("cannot draw observations from an empty replay buffer")
+        if getattr(self, "_peek_generator", None) is None:
+            self._peek_generator = torch.Generator().manual_seed(size)
+        indices = torch.randint(size, (count,), generator=self._peek_generator)
+        return self.storage.read(indices)["observation"]
+
     def state_dict(self) -> dict:
         return {}
 

@@ -1,1 +1,0 @@
-"""Hydra configuration tree, shipped inside the package as ``actorq.conf``."""

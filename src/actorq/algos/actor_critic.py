@@ -1,0 +1,99 @@
+"""What every actor-critic learner shares: an actor, ``num_critics`` critics with
+soft-updated targets, the importance-weighted critic loss, and the ``make_actor`` /
+``make_critic`` hooks.
+
+DDPG (and TD3, D4PG through it) and SAC build on :class:`ActorCriticLearner`; each says what
+its actor is and how its TD target is formed (:meth:`ActorCriticLearner.td_target`). A new
+variant (TQC's quantile critics, REDQ's ensemble) overrides ``num_critics``,
+:meth:`~ActorCriticLearner.make_critic` or :meth:`~ActorCriticLearner.td_target` in one new file.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import abstractmethod
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from actorq.algos.base import Exploration, OffPolicyLearner
+from actorq.envs import EnvSpec
+from actorq.networks import Critic
+from actorq.replay.base import Sample
+
+
+class ActorCriticLearner(OffPolicyLearner):
+    """An off-policy learner with an actor and ``num_critics`` critics ``Q_i(s, a)`` with targets.
+
+    Args:
+        spec: a continuous-action environment spec.
+        exploration: the actors' exploration schedule.
+        actor_hidden: hidden widths of the policy MLP.
+        actor_lr: Adam learning rate of the policy.
+        critic_hidden: hidden widths of each critic MLP.
+        critic_layer_norm: layer-normalise the critics' hidden layers.
+        critic_out_dim: outputs per critic (1 for a scalar Q; atoms for a distributional one).
+        critic_lr: Adam learning rate of the critics.
+        **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
+    """
+
+    num_critics = 1
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        exploration: Exploration,
+        actor_hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 1e-3,
+        critic_hidden: Sequence[int] = (256, 256),
+        critic_layer_norm: bool = False,
+        critic_out_dim: int = 1,
+        critic_lr: float = 1e-3,
+        **kwargs,
+    ):
+        super().__init__(spec, exploration, **kwargs)
+        self.actor = self.make_actor(spec, actor_hidden)
+        self.critics = nn.ModuleList(
+            self.make_critic(spec, critic_hidden, critic_layer_norm, critic_out_dim)
+            for _ in range(self.num_critics)
+        )
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.actor_lr = actor_lr
+        self.critic_lr = critic_lr
+
+    @property
+    def behaviour_network(self) -> nn.Module:
+        return self.actor
+
+    @abstractmethod
+    def make_actor(self, spec: EnvSpec, hidden: Sequence[int]) -> nn.Module:
+        """The policy network (a ``trunk`` MLP and a ``head``, see
+        :func:`~actorq.algos.base.check_policy_network`)."""
+
+    def make_critic(self, spec: EnvSpec, hidden: Sequence[int], layer_norm: bool, out_dim: int) -> nn.Module:
+        """One critic ``(obs, action) -> value``; override for another critic architecture."""
+        return Critic(spec, hidden, layer_norm=layer_norm, out_dim=out_dim)
+
+    @abstractmethod
+    def td_target(self, batch) -> torch.Tensor:
+        """The regression target of every critic for a batch of transitions (no gradient)."""
+
+    def critic_loss(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+        """Importance-weighted squared TD error summed over critics, and the first TD error."""
+        batch = sample.batch
+        target = self.td_target(batch)
+        td_errors = [q(batch["observation"], batch["action"]) - target for q in self.critics]
+        loss = sum((sample.weights * td.pow(2)).mean() for td in td_errors)
+        return loss, td_errors[0]
+
+    def min_q(self, critics: nn.ModuleList, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``min_i Q_i(s, a)`` over ``critics`` (the clipped double-Q estimate)."""
+        return torch.stack([q(observation, action) for q in critics]).min(dim=0).values
+
+    def update_critics(self, sample: Sample, optimizer) -> dict[str, torch.Tensor]:
+        """One critic step; feeds the TD errors back as priorities; returns its terms."""
+        loss_value, td_error = self.critic_loss(sample)
+        self.optimizer_step(optimizer, loss_value)
+        self.feed_priorities(sample, td_error)
+        return {"loss_value": loss_value.detach(), "td_error": td_error.detach().abs().mean()}

@@ -1,0 +1,159 @@
+"""The experience pipeline the Trainer owns: environment, replay, writer and actor pool.
+
+:class:`Experience` is a ``LightningDataModule``. ``trainer.fit(learner, datamodule=experience)``
+builds the replay, the n-step writer and the actor pool in :meth:`Experience.setup` (the
+learner is complete by then, so they can read its ``n_step``, ``gamma`` and planned updates),
+iterates the actor pool as the training data, saves the replay's sampling state in
+checkpoints and shuts the actor processes down in :meth:`Experience.teardown`. The learner
+and the callbacks reach it as ``trainer.datamodule``.
+
+Example:
+    >>> from functools import partial
+    >>> from actorq.actors.pool import ActorPool
+    >>> from actorq.replay import make_replay
+    >>> experience = Experience("CartPole-v1", make_actors=partial(ActorPool, num_workers=1,
+    ...                         frames_per_batch=100, total_frames=1000),
+    ...                         make_replay=partial(make_replay, capacity=10_000),
+    ...                         actor_policy=None, quant=None)
+    >>> experience.total_frames, experience.actors is None  # nothing starts before fit
+    (1000, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import lightning as L
+from torch import nn
+
+from actorq.envs import make_env
+from actorq.errors import ConfigError
+from actorq.replay.base import ReplayBuffer
+from actorq.replay.experience import ExperienceWriter
+from actorq.replay.factory import transition_template
+
+if TYPE_CHECKING:
+    from actorq.actors.pool import ActorPool
+    from actorq.quant import QuantSpec
+
+
+class Experience(L.LightningDataModule):
+    """Actors in worker processes feeding a replay, as Lightning's training data.
+
+    Args:
+        env_name: the environment every actor (and the evaluation) runs.
+        make_actors: builds the :class:`~actorq.actors.pool.ActorPool` given ``env_name``,
+            ``library``, ``policy``, ``seed`` and ``writer`` (the ``actors`` config group,
+            partially applied); it must carry ``total_frames``.
+        make_replay: builds the replay given ``template`` and ``planned_updates`` (the
+            ``replay`` config group, partially applied).
+        actor_policy: the policy every actor starts with and the broadcast refreshes (an
+            :class:`~actorq.actors.policy.ExplorationPolicy` over a
+            :class:`~actorq.quant.QuantizedNetwork`).
+        quant: the precision the actors run at (``bits="auto"`` already resolved).
+        seed: the run's seed (actors derive theirs from it; evaluation adds an offset).
+        library: the environment suite (``env.library``); ``None`` looks the name up.
+        config: the whole run config, kept in checkpoints as a hyperparameter.
+
+    Attributes:
+        replay: the :class:`~actorq.replay.base.ReplayBuffer` (after ``setup``).
+        writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
+        actors: the :class:`~actorq.actors.pool.ActorPool` (after ``setup``).
+        total_frames: env frames the run collects.
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        make_actors: Callable[..., ActorPool],
+        make_replay: Callable[..., ReplayBuffer],
+        actor_policy: nn.Module | None,
+        quant: QuantSpec | None,
+        seed: int = 0,
+        library: str | None = None,
+        config: dict[str, Any] | None = None,
+    ):
+        super().__init__()
+        if config is not None:
+            self.save_hyperparameters({"config": config})
+        self.env_name = env_name
+        self.library = library
+        self.seed = seed
+        self.make_actors = make_actors
+        self.make_replay = make_replay
+        self.actor_policy = actor_policy
+        self.quant = quant
+        self.total_frames = int(make_actors.keywords["total_frames"])
+        self.replay: ReplayBuffer | None = None
+        self.writer: ExperienceWriter | None = None
+        self.actors: ActorPool | None = None
+        self._replay_state: dict | None = None
+
+    def make_env(self, seed: int | None = None):
+        """A fresh environment of this run (for evaluation, templates, calibration)."""
+        return make_env(self.env_name, seed=self.seed if seed is None else seed, library=self.library)
+
+    def setup(self, stage: str) -> None:
+        if self.actors is not None:
+            return
+        learner = self.trainer.lightning_module
+        self.replay = _construct(
+            self.make_replay,
+            template=transition_template(self.make_env()),
+            planned_updates=learner.planned_updates(self.total_frames),
+        )
+        if self._replay_state is not None:
+            self.replay.load_state_dict(self._replay_state)
+        self.writer = ExperienceWriter(self.replay, learner.n_step, learner.gamma)
+        self.actors = _construct(
+            self.make_actors,
+            env_name=self.env_name,
+            library=self.library,
+            policy=self.actor_policy,
+            seed=self.seed,
+            writer=self.writer if self.writer.in_workers else None,
+        )
+
+    def train_dataloader(self) -> ActorPool:
+        return self.actors
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        return batch  # experience goes into the CPU replay buffer as it is
+
+    def teardown(self, stage: str) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stops the actor processes (safe to call more than once)."""
+        if self.actors is not None:
+            self.actors.shutdown()
+
+    def state_dict(self) -> dict:
+        """The replay's sampling state (beta's progress, generators; transitions are not
+        saved), the actors' precision and the payload they last received."""
+        state = {"replay": self.replay.state_dict() if self.replay is not None else {}}
+        if self.quant is not None:
+            state["quant"] = dataclasses.asdict(self.quant)
+        if self.actor_policy is not None:
+            state["payload"] = {k: v.clone() for k, v in self.actor_policy.network.payload().items()}
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        replay_state = state_dict.get("replay") or None
+        if self.replay is not None and replay_state:
+            self.replay.load_state_dict(replay_state)
+        else:
+            self._replay_state = replay_state
+
+
+def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:
+    """Calls a config-built factory; a value it refuses becomes a one-line ``ConfigError``."""
+    try:
+        return factory(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as error:
+        name = getattr(getattr(factory, "func", factory), "__name__", "?")
+        raise ConfigError(f"{name}: {error}") from error
