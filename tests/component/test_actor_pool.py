@@ -1,14 +1,13 @@
 """Real collector worker processes: weights pushed by the learner change what they do."""
 
-import copy
-
 import pytest
 import torch
 
-from actorq.actors.policy import ExplorationPolicy
+from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.actors.pool import ActorPool
 from actorq.envs import EnvSpec, make_env
 from actorq.networks import DeterministicActor
+from actorq.quant import QuantSpec, quantize
 
 
 @pytest.fixture
@@ -17,27 +16,35 @@ def pendulum_policy():
     return ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0)
 
 
-def test_push_changes_every_workers_actions(pendulum_policy):
-    learner = copy.deepcopy(pendulum_policy)
-    pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=2, frames_per_batch=50,
+@pytest.mark.parametrize("quant", [QuantSpec(bits=32), QuantSpec(bits=8, mode="static")], ids=["fp32", "int8"])
+def test_actors_see_learner_weights_only_when_pushed(pendulum_policy, quant):
+    """The actors run their own copy (fp32 too): an optimizer-like in-place change of the
+    learner's weights reaches no worker until a payload is loaded and pushed."""
+    learner = pendulum_policy
+    observations = torch.rand(256, 3) * 2 - 1
+    actors_copy = actor_policy(learner, quant, observations)
+    pool = ActorPool("Pendulum-v1", actors_copy, num_workers=2, frames_per_batch=50,
                      total_frames=1200, envs_per_worker=2, seed=3)
     try:
-        before, after, pushed_at = [], [], None
+        unpushed, pushed, changed_at, pushed_at = [], [], None, None
         for index, batch in enumerate(pool):
             assert batch.shape == (2, 25)  # two envs per worker, time last
-            if index == 3:
-                with torch.no_grad():
-                    learner.network.trunk[-1].bias.fill_(10.0)  # saturates to the upper bound
-                pool.push(learner)
+            if index == 2:
+                with torch.no_grad():  # saturates the learner's actions at the upper bound
+                    learner.network.trunk[-1].bias.fill_(10.0)
+                changed_at = index
+            elif index == 10:
+                actors_copy.network.load_payload(quantize(learner.network, quant, observations))
+                pool.push(actors_copy)
                 pushed_at = index
-            elif pushed_at is None:
-                before.append(batch["action"])
-            elif index > pushed_at + 4:  # batches in flight at push time are old
-                after.append(batch["action"])
+            elif changed_at is not None and pushed_at is None:
+                unpushed.append(batch["action"])
+            elif pushed_at is not None and index > pushed_at + 4:  # batches in flight are old
+                pushed.append(batch["action"])
     finally:
         pool.shutdown()
-    assert all((actions < 1.9).any() for actions in before)
-    assert len(after) >= 4 and all(torch.allclose(a, torch.full_like(a, 2.0), atol=1e-3) for a in after)
+    assert len(unpushed) >= 6 and all((actions < 1.9).any() for actions in unpushed)
+    assert len(pushed) >= 4 and all(torch.allclose(a, torch.full_like(a, 2.0), atol=1e-2) for a in pushed)
 
 
 def test_frame_budget_and_length(pendulum_policy):

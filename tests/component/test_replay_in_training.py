@@ -1,14 +1,16 @@
 """Prioritized and shared replay inside a real (tiny) training run."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from actorq.algos.base import Exploration
-from actorq.algos.dqn import DQN
-from actorq.envs import EnvSpec, make_env
+from actorq.actors.pool import ActorPool
+from actorq.envs import make_env
 from actorq.errors import ConfigError
+from actorq.experience import Experience
 from actorq.replay import transition_template
 from actorq.replay.prioritized import PrioritizedReplay
 from actorq.replay.shared import SharedReplay
@@ -28,9 +30,13 @@ def n_step_discounts(gamma: float, n_step: int) -> set[float]:
     return {0.0} | {round(gamma**k, 5) for k in range(1, n_step + 1)}
 
 
-def test_prioritized_replay_is_sampled_by_priority_and_fed_back(make_cfg):
-    summary, objects = train(make_cfg(*FAST, "replay.prioritized=true"))
-    learner, replay = objects["learner"], objects["learner"].replay
+@pytest.mark.parametrize("bits", [32, 8])
+def test_prioritized_replay_is_sampled_by_priority_and_fed_back(make_cfg, bits):
+    """With int8 actors too: calibrating each push must not draw from the learner's sampler."""
+    summary, objects = train(make_cfg(*FAST, "replay.prioritized=true", f"quant.bits={bits}",
+                                      "callbacks.broadcast.every_n_steps=20"))
+    assert objects["broadcast"].broadcasts >= 3
+    learner, replay = objects["learner"], objects["experience"].replay
     assert isinstance(replay, PrioritizedReplay)
     assert summary["frames"] == learner.frames == len(replay) == TOTAL_FRAMES
     assert learner.learner_steps > 0
@@ -52,11 +58,11 @@ def test_replay_option_and_key_build_the_same_buffer(make_cfg):
 def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg, tmp_path):
     summary, objects = train(make_cfg(*FAST, "replay.shared=true", "replay.prioritized=true",
                                       "actors.num_workers=2"))
-    learner, replay = objects["learner"], objects["learner"].replay
-    assert isinstance(replay, SharedReplay) and learner.writer.in_workers
+    learner, replay = objects["learner"], objects["experience"].replay
+    assert isinstance(replay, SharedReplay) and objects["experience"].writer.in_workers
     # Every frame the workers collected is a complete transition in the buffer; the
     # learner counted every batch it was told about (workers may finish one more each).
-    written = learner.writer.write_count
+    written = objects["experience"].writer.write_count
     assert replay.reserved == len(replay) == written
     assert TOTAL_FRAMES <= learner.frames <= written
     assert summary["frames"] == learner.frames and learner.frames % 100 == 0
@@ -81,7 +87,7 @@ def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg
 
 def test_shared_replay_alone_samples_uniformly(make_cfg):
     summary, objects = train(make_cfg(*FAST, "replay.shared=true"))
-    replay = objects["learner"].replay
+    replay = objects["experience"].replay
     assert isinstance(replay, SharedReplay) and replay.priorities.alpha == 0.0
     assert len(np.unique(leaf_priorities(replay))) == 1  # every slot equally likely
     assert torch.equal(replay.sample(64).weights, torch.ones(64))
@@ -104,20 +110,22 @@ def test_bad_replay_values_are_config_errors(make_cfg, overrides, message):
 
 
 def test_checkpoint_restores_the_sampling_state():
-    """What ``on_save_checkpoint`` stores comes back in ``on_load_checkpoint``."""
-    spec = EnvSpec.from_env(make_env("CartPole-v1"))
-    learner = DQN(spec, Exploration(0.1), hidden=(8,))
+    """What the experience pipeline saves in a checkpoint comes back when it is loaded."""
+
+    def experience_with(replay):
+        experience = Experience("CartPole-v1", make_actors=partial(ActorPool, total_frames=1000),
+                                make_replay=None, actor_policy=None, quant=None)
+        experience.replay = replay
+        return experience
+
     replay = PrioritizedReplay(capacity=100, beta_annealing_steps=10)
-    learner.attach(None, replay)
     replay.extend(transition_template(make_env("CartPole-v1")).expand(50).clone())
     sample = replay.sample(8)
     replay.update_priorities(sample.indices, torch.full((8,), 5.0))
-    checkpoint = {}
-    learner.on_save_checkpoint(checkpoint)
+    state = experience_with(replay).state_dict()
 
     restored = PrioritizedReplay(capacity=100, beta_annealing_steps=10)
-    learner.attach(None, restored)
-    learner.on_load_checkpoint(checkpoint)
+    experience_with(restored).load_state_dict(state)
     assert restored.priorities.steps == 1 and restored.beta == replay.beta
     assert restored.priorities.max_priority == replay.priorities.max_priority > 5.0
     assert restored.priorities.rng.bit_generator.state == replay.priorities.rng.bit_generator.state

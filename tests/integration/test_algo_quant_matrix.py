@@ -19,10 +19,15 @@ ALGOS = {
 PRECISIONS = {
     "bf16": ("quant.bits=16",),
     "int8-static": ("quant.bits=8", "quant.mode=static"),
-    "int8-dynamic-fixed": ("quant.bits=8", "quant.mode=dynamic", "quant.observer=fixed"),
+    "int8-static-fixed": ("quant.bits=8", "quant.mode=static", "quant.observer=fixed"),
+    "int8-dynamic": ("quant.bits=8", "quant.mode=dynamic"),
     "4bit": ("quant.bits=4", "quant.mode=dynamic"),
+    # A policy wide enough (1024) that int8 is measurably faster than fp32 at batch 1, so
+    # `auto` takes the quantized path (at 32 wide it keeps fp32 and would test nothing).
     "auto": ("quant.bits=auto",),
 }
+WIDE_POLICY = {"dqn": "algo.hidden=[1024,1024]", "sac": "algo.actor_hidden=[1024,1024]",
+               "td3": "algo.actor_hidden=[1024,1024]"}
 SMALL = ("actors.total_frames=400", "actors.frames_per_batch=100", "actors.init_random_frames=100",
          "actors.num_workers=2", "callbacks.broadcast.every_n_steps=5", "algo.learning_starts=100",
          "algo.batch_size=32", "eval.every_frames=400", "eval.episodes=1", "callbacks=no_checkpoint")
@@ -35,9 +40,15 @@ CASES = [(algo, precision) for algo in ("dqn", "sac", "td3") for precision in PR
 
 @pytest.mark.parametrize(("algo", "precision"), CASES)
 def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
-    summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *PRECISIONS[precision], *SMALL))
-    broadcast = objects["broadcast"]
+    wide = (WIDE_POLICY[algo],) if precision == "auto" else ()
+    summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *wide, *PRECISIONS[precision], *SMALL))
     assert summary["frames"] >= 400 and summary["learner_steps"] > 0
-    assert broadcast.broadcasts >= 1
-    if broadcast.quant.bits != 32:  # auto may keep fp32 for a tiny network
-        assert summary["final_return_quant"] is not None
+    assert objects["broadcast"].broadcasts >= 1
+    quant = objects["experience"].quant
+    if precision == "auto":
+        choice = objects["precision_choice"]
+        assert choice.name.startswith("int8"), choice.timings_us
+        assert quant == choice.spec
+    assert quant.bits != 32
+    assert summary["final_return_quant"] is not None
+    assert summary["actor_precision"] == quant.describe()

@@ -213,6 +213,8 @@ class OffPolicyLearner(L.LightningModule):
 
     def configure_optimizers(self):
         optimizers = self.make_optimizers()
+        if self.final_lr_fraction == 1.0:  # constant rates: no scheduler to step per update
+            return optimizers
         planned = self.planned_updates(self.experience.total_frames)
         schedulers = [
             torch.optim.lr_scheduler.LambdaLR(optimizer, LinearDecay(planned, self.final_lr_fraction))

@@ -2,8 +2,9 @@
 
 Runs the same algorithm twice on the same networks, replay and experience, in one process:
 once as our LightningModule under a real ``lightning.Trainer`` (manual optimization,
-logging, callbacks), once as a bare PyTorch loop calling the same loss functions with plain
-optimizers. Reports updates per second and their ratio (target: >= 0.9).
+logging, callbacks), once as a bare PyTorch loop calling the algorithm's own ``update`` with
+plain ``torch.optim`` optimizers, a plain ``loss.backward()`` and no Trainer. Reports updates
+per second and their ratio (target: >= 0.9).
 
 Example:
     >>> main(["--quick", "--out", ""])  # doctest: +SKIP
@@ -21,12 +22,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from tensordict import TensorDict
 
-from actorq.algos.base import Exploration, soft_update
+from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
 from actorq.bench._table import report
 from actorq.envs import EnvSpec
 from actorq.nstep import nstep_transitions
+from actorq.replay.experience import ExperienceWriter
 from actorq.replay.uniform import UniformReplay
 
 TARGET_RATIO = 0.9
@@ -51,8 +53,34 @@ def fake_experience(spec: EnvSpec, batches: int, frames: int, seed: int = 0) -> 
     return [one() for _ in range(batches)]
 
 
-class Experience(list):
-    """Stands in for the actor pool: yields the prepared batches."""
+class Batches:
+    """An iterable of batches; a plain list would be read as a list of dataloaders."""
+
+    def __init__(self, batches: list[TensorDict]):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class PreparedExperience(L.LightningDataModule):
+    """Stands in for the experience pipeline: prepared batches, a replay and a writer."""
+
+    def __init__(self, batches: list[TensorDict], n_step: int, gamma: float):
+        super().__init__()
+        self.batches = batches
+        self.total_frames = sum(batch.numel() for batch in batches)
+        self.replay = UniformReplay(100_000)
+        self.writer = ExperienceWriter(self.replay, n_step, gamma)
+
+    def train_dataloader(self):
+        return Batches(self.batches)
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        return batch
 
 
 class SteadyClock(Callback):
@@ -78,56 +106,38 @@ def make_learner(algo: str, hidden: int, batch_size: int, seed: int):
 
 
 def lightning_updates_per_s(learner, experience: list[TensorDict]) -> float:
-    learner.attach(Experience(experience), UniformReplay(100_000))
     clock = SteadyClock()
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
                         num_sanity_val_steps=0)
-    trainer.fit(learner)
+    trainer.fit(learner, datamodule=PreparedExperience(experience, learner.n_step, learner.gamma))
     return clock.updates_per_s()
 
 
 def bare_updates_per_s(learner, experience: list[TensorDict]) -> float:
-    """The same losses, networks and replay, with plain ``torch.optim`` and no Lightning."""
+    """The algorithm's own ``update`` on the same networks and replay, without Lightning:
+    plain ``torch.optim`` optimizers and ``loss.backward()`` stand in for the Trainer's."""
     replay = UniformReplay(100_000)
-    optimizers = learner.configure_optimizers()
-    optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
-    steps, start = 0, None
+    optimizers = learner.make_optimizers()
+    without_trainer(learner, optimizers)
+    start = start_steps = None
     for index, batch in enumerate(experience):
         replay.extend(nstep_transitions(batch, learner.n_step, learner.gamma))
         for _ in range(batch.numel()):
-            sample = replay.sample(learner.batch_size)
-            bare_update(learner, sample, optimizers, steps)
-            steps += 1
+            learner.update(replay.sample(learner.batch_size))
+            learner.learner_steps += 1
+            if learner.learner_steps % learner.target_update_period == 0:
+                learner.update_targets()
         if index == 0:
-            start, start_steps = time.perf_counter(), steps
-    return (steps - start_steps) / (time.perf_counter() - start)
+            start, start_steps = time.perf_counter(), learner.learner_steps
+    return (learner.learner_steps - start_steps) / (time.perf_counter() - start)
 
 
-def bare_update(learner, sample, optimizers, step: int) -> None:
-    if isinstance(learner, DQN):
-        (optimizer,) = optimizers
-        action = sample.batch["action"].long().reshape(-1, 1)
-        q = learner.q_network(sample.batch["observation"]).gather(-1, action).squeeze(-1)
-        loss = torch.nn.functional.smooth_l1_loss(q, learner.td_target(sample.batch))
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(learner.q_network.parameters(), learner.max_grad_norm)
-        optimizer.step()
-    else:
-        actor_optimizer, critic_optimizer = optimizers
-        loss_value, _ = learner.critic_loss(sample)
-        critic_optimizer.zero_grad()
-        loss_value.backward()
-        critic_optimizer.step()
-        if (step + 1) % learner.policy_delay == 0:
-            loss_actor = learner.actor_loss(sample.batch["observation"])
-            actor_optimizer.zero_grad()
-            loss_actor.backward()
-            actor_optimizer.step()
-    if (step + 1) % learner.target_update_period == 0:
-        for target, online in learner.target_pairs():
-            soft_update(target, online, learner.target_tau)
+def without_trainer(learner, optimizers: list[torch.optim.Optimizer]) -> None:
+    """Rebinds, on this learner object only, the three Trainer services ``update`` uses."""
+    learner.optimizers = lambda: optimizers if len(optimizers) > 1 else optimizers[0]
+    learner.manual_backward = lambda loss: loss.backward()
+    learner.feed_priorities = lambda sample, td_error: None  # uniform replay: a no-op anyway
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
