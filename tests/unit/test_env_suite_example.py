@@ -1,5 +1,7 @@
 """The worked example of docs/configuration.md: a new env suite, end to end, in one file."""
 
+from pathlib import Path
+
 import gymnasium
 import numpy as np
 import pytest
@@ -68,3 +70,10 @@ def test_without_a_library_the_new_suite_is_found_by_name(toy_suite):
 
 def test_the_example_leaves_the_registry_as_it_found_it():
     assert "toy" not in suites()
+
+
+def test_the_docs_show_this_example_verbatim():
+    here = Path(__file__).read_text()
+    example = here[here.index("class Corridor") : here.index("def test_a_new_suite_works_end_to_end")].rstrip()
+    docs = Path(__file__).parents[2] / "docs" / "configuration.md"
+    assert example in docs.read_text(), "copy the example of this file into docs/configuration.md"
