@@ -5,7 +5,8 @@ from importlib import resources
 import pytest
 from hydra.utils import instantiate
 
-from actorq.envs import backend_of
+from actorq.envs import EnvSpec, make_env, suites
+from actorq.envs.gymnasium import mujoco_available, needs_mujoco
 
 CONF = resources.files("actorq.conf")
 GROUPS = ["env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer"]
@@ -33,15 +34,23 @@ def test_every_group_option_composes(make_cfg, group):
 @pytest.mark.parametrize("name", experiments())
 def test_every_experiment_composes_with_a_known_env_and_algo(make_cfg, name):
     cfg = make_cfg(f"+experiment={name}")
-    assert backend_of(cfg.env.name) in {"gym", "dm_control"}
+    assert cfg.env.library in suites() and suites()[cfg.env.library].knows(cfg.env.name)
     assert cfg.algo._target_.startswith("actorq.algos.")
     make_learner = instantiate(cfg.algo)
     assert make_learner.func.action_space in {"discrete", "continuous"}
 
 
-def test_env_options_name_real_environments(make_cfg):
-    for option in options("env"):
-        name = make_cfg(f"env={option}").env.name
-        if name.endswith("-v5"):
-            continue  # needs the optional mujoco extra
-        assert backend_of(name)
+@pytest.mark.parametrize("option", options("env"))
+def test_env_options_name_an_env_of_their_library(make_cfg, option):
+    env = make_cfg(f"env={option}").env
+    assert env.library in suites(), f"env.library={env.library!r} is not one of {sorted(suites())}"
+    assert suites()[env.library].knows(env.name)
+
+
+@pytest.mark.parametrize("option", options("env"))
+def test_env_options_build(make_cfg, option):
+    env = make_cfg(f"env={option}").env
+    if env.library == "gymnasium" and needs_mujoco(env.name) and not mujoco_available():
+        pytest.skip(f"{env.name} needs gymnasium[mujoco]: pip install 'actorq[mujoco]'")
+    spec = EnvSpec.from_env(make_env(env.name, seed=0, library=env.library))
+    assert spec.obs_dim > 0

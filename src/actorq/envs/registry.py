@@ -1,0 +1,179 @@
+"""Environment suites (gymnasium, dm_control, yours) behind one :func:`make_env` call.
+
+A suite is a small :class:`EnvSuite` subclass registered with :func:`register_suite`; its
+``name`` is what ``env.library`` in a config names. Nothing here guesses a library from the
+shape of an environment name: given no library, :func:`make_env` asks every suite
+:meth:`EnvSuite.knows` and needs exactly one yes.
+
+Example:
+    >>> sorted(suites())
+    ['dm_control', 'gymnasium']
+    >>> find_suite("cheetah-run").name
+    'dm_control'
+    >>> make_env("Pendulum-v1", seed=0, library="gymnasium").observation_spec["observation"].shape
+    torch.Size([3])
+"""
+
+from __future__ import annotations
+
+import abc
+import difflib
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+import torch
+
+from actorq.envs.spec import OBSERVATION
+from actorq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+EPISODE_REWARD = "episode_reward"
+
+
+class EnvSuite(abc.ABC):
+    """A family of environments that :func:`make_env` can build.
+
+    Subclass it, set ``name`` (the value of ``env.library``), implement :meth:`names` and
+    :meth:`make`, and decorate the class with :func:`register_suite`.
+    """
+
+    name: ClassVar[str] = ""
+    """What ``env.library`` says to pick this suite."""
+
+    @abc.abstractmethod
+    def names(self) -> list[str]:
+        """Every environment name this suite can make (for listings and suggestions)."""
+
+    def knows(self, env_name: str) -> bool:
+        """Whether :meth:`make` can build ``env_name``; override when :meth:`names` is slow."""
+        return env_name in self.names()
+
+    @abc.abstractmethod
+    def make(self, env_name: str, seed: int | None) -> EnvBase:
+        """Builds ``env_name``, seeded with ``seed`` unless it is None.
+
+        The environment must have a flat float32 ``"observation"``, a float32 reward and the
+        running ``"episode_reward"`` (TorchRL's ``RewardSum``); :func:`make_env` checks this.
+        """
+
+
+_SUITES: dict[str, EnvSuite] = {}
+
+S = TypeVar("S", bound=type[EnvSuite])
+
+
+def register_suite(cls: S) -> S:
+    """Class decorator: registers one instance of an :class:`EnvSuite` under ``cls.name``."""
+    if not (isinstance(cls, type) and issubclass(cls, EnvSuite)):
+        raise TypeError(f"register_suite takes an EnvSuite subclass, not {cls!r}")
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a non-empty `name` to be registered")
+    if cls.name in _SUITES:
+        raise ValueError(f"an env suite named {cls.name!r} is already registered")
+    _SUITES[cls.name] = cls()
+    return cls
+
+
+def unregister_suite(name: str) -> None:
+    """Removes a registered suite (for tests and interactive sessions)."""
+    if name not in _SUITES:
+        raise KeyError(f"no env suite named {name!r} is registered")
+    del _SUITES[name]
+
+
+def suites() -> dict[str, EnvSuite]:
+    """The registered suites by name (a copy: registering goes through :func:`register_suite`)."""
+    return dict(_SUITES)
+
+
+def find_suite(env_name: str, library: str | None = None) -> EnvSuite:
+    """The suite that makes ``env_name``: the one named ``library``, or the only one that knows it.
+
+    Raises:
+        ConfigError: the library is not registered, the environment is not in it, or (with no
+            library) no suite or several suites know the environment.
+    """
+    if library is not None:
+        if library not in _SUITES:
+            raise ConfigError(
+                f"unknown env library {library!r}: the registered suites are {_listing()}"
+            )
+        suite = _SUITES[library]
+        if suite.knows(env_name):
+            return suite
+        elsewhere = [other.name for other in _SUITES.values() if other is not suite and other.knows(env_name)]
+        if elsewhere:
+            raise ConfigError(
+                f"environment {env_name!r} is not in library {library!r} but in "
+                f"{' and '.join(map(repr, elsewhere))}: set env.library={elsewhere[0]}"
+            )
+        raise ConfigError(
+            f"unknown environment {env_name!r} in library {library!r}.{_hint(env_name, suite.names())}"
+        )
+    knowing = [suite for suite in _SUITES.values() if suite.knows(env_name)]
+    if len(knowing) == 1:
+        return knowing[0]
+    if knowing:
+        names = ", ".join(suite.name for suite in knowing)
+        raise ConfigError(
+            f"environment {env_name!r} is in several env libraries ({names}): set env.library to one"
+        )
+    known = [name for suite in _SUITES.values() for name in suite.names()]
+    raise ConfigError(
+        f"unknown environment {env_name!r}: no env library ({_listing()}) has it."
+        f"{_hint(env_name, known)}"
+    )
+
+
+def make_env(name: str, seed: int | None = None, library: str | None = None) -> EnvBase:
+    """Builds one environment with a flat float32 observation.
+
+    Args:
+        name: an environment of the suite, e.g. a gymnasium id (``"Pendulum-v1"``) or a
+            dm_control task as ``domain-task`` (``"walker-walk"``).
+        seed: seed for the environment's random generator.
+        library: the suite that makes it (``env.library`` in the configs: ``"gymnasium"``,
+            ``"dm_control"``, or a suite of your own). None asks every registered suite.
+
+    Returns:
+        A TorchRL environment with ``"observation"`` (float32, 1-D), float32 reward, and the
+        running ``"episode_reward"``.
+
+    Raises:
+        ConfigError: see :func:`find_suite`.
+    """
+    suite = find_suite(name, library)
+    env = suite.make(name, seed)
+    _check_contract(env, suite.name, name)
+    return env
+
+
+def _check_contract(env: EnvBase, library: str, name: str) -> None:
+    problems = []
+    observation_spec = env.observation_spec
+    if OBSERVATION not in observation_spec.keys():
+        problems.append(f'no "{OBSERVATION}"')
+    else:
+        observation = observation_spec[OBSERVATION]
+        if observation.dtype != torch.float32 or len(observation.shape) != len(env.batch_size) + 1:
+            problems.append(
+                f'"{OBSERVATION}" is {observation.dtype} of shape {tuple(observation.shape)}, '
+                "not a flat float32 vector"
+            )
+    if EPISODE_REWARD not in observation_spec.keys():
+        problems.append(f'no "{EPISODE_REWARD}" (add RewardSum())')
+    reward_dtype = env.full_reward_spec[env.reward_key].dtype
+    if reward_dtype != torch.float32:
+        problems.append(f"the reward is {reward_dtype}, not float32")
+    if problems:
+        raise TypeError(f"env suite {library!r} made {name!r} with " + "; ".join(problems))
+
+
+def _listing() -> str:
+    return ", ".join(sorted(_SUITES)) or "(none)"
+
+
+def _hint(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3)
+    return f" Did you mean: {', '.join(close)}?" if close else ""

@@ -1,0 +1,93 @@
+"""What every environment made by :func:`actorq.envs.make_env` looks like, and helpers on it.
+
+Example:
+    >>> from actorq.envs import make_env
+    >>> env = make_env("CartPole-v1", seed=0, library="gymnasium")
+    >>> EnvSpec.from_env(env)
+    EnvSpec(obs_dim=4, discrete=True, num_actions=2, action_dim=0, action_low=(), action_high=())
+    >>> random_observations(env, 5).shape
+    torch.Size([5, 4])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+OBSERVATION = "observation"
+"""The key of the flat float32 observation vector of every environment."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the networks need to know about an environment.
+
+    Attributes:
+        obs_dim: length of the flat observation vector.
+        discrete: whether actions are integer indices.
+        num_actions: number of discrete actions (0 for continuous).
+        action_dim: length of a continuous action (0 for discrete).
+        action_low: lower bound per continuous action dimension.
+        action_high: upper bound per continuous action dimension.
+    """
+
+    obs_dim: int
+    discrete: bool
+    num_actions: int = 0
+    action_dim: int = 0
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: EnvBase) -> EnvSpec:
+        """Reads the spec of an environment made by :func:`actorq.envs.make_env`."""
+        obs_dim = int(env.observation_spec[OBSERVATION].shape[-1])
+        action_spec = env.full_action_spec[env.action_key]
+        if action_spec.domain == "discrete":
+            return cls(obs_dim=obs_dim, discrete=True, num_actions=int(action_spec.space.n))
+        low = action_spec.space.low.reshape(-1).tolist()
+        high = action_spec.space.high.reshape(-1).tolist()
+        return cls(
+            obs_dim=obs_dim,
+            discrete=False,
+            action_dim=len(low),
+            action_low=tuple(low),
+            action_high=tuple(high),
+        )
+
+
+def rollout_return(env: EnvBase, act, episodes: int, max_steps: int = 100_000) -> list[float]:
+    """Runs ``episodes`` full episodes with ``act(observation) -> action`` and returns their returns.
+
+    Args:
+        env: an environment made by :func:`actorq.envs.make_env`.
+        act: maps a batch of observations ``[B, obs_dim]`` to a batch of actions.
+        episodes: how many episodes to run.
+        max_steps: safety cap on the length of one episode.
+    """
+    returns = []
+    with torch.no_grad():
+        for _ in range(episodes):
+            td = env.reset()
+            total = 0.0
+            for _ in range(max_steps):
+                td["action"] = act(td[OBSERVATION].unsqueeze(0)).squeeze(0)
+                td = env.step(td)
+                total += float(td["next", "reward"].sum())
+                if bool(td["next", "done"].any()):
+                    break
+                td = td["next"]
+            returns.append(total)
+    return returns
+
+
+def random_observations(env: EnvBase, count: int) -> torch.Tensor:
+    """``count`` observations from uniformly random actions (``[count, obs_dim]``)."""
+    with torch.no_grad():
+        steps = env.rollout(count, break_when_any_done=False)
+    return steps[OBSERVATION].reshape(-1, steps[OBSERVATION].shape[-1])[:count]
