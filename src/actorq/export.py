@@ -5,8 +5,9 @@ installed: ``torch.jit.load(OUT)(observation) -> action``. The precision is the 
 (``quant.*`` in the checkpoint); an fp32 run exports int8 dynamic unless ``--bits`` says
 otherwise.
 
-Example:
-    >>> export_checkpoint("outputs/run/checkpoints/last.ckpt", "policy.pt")  # doctest: +SKIP
+Usage (``tests/integration/test_export.py`` runs it on a real checkpoint)::
+
+    python -m actorq.export outputs/RUN/checkpoints/last.ckpt policy.pt [--bits 8]
 """
 
 from __future__ import annotations

@@ -1,10 +1,17 @@
 """``train(cfg)``: the whole recipe, top to bottom, from a composed Hydra config.
 
 Example:
+    >>> import tempfile
     >>> from hydra import compose, initialize_config_module
-    >>> with initialize_config_module("actorq.conf", version_base="1.3"):  # doctest: +SKIP
-    ...     cfg = compose("config", overrides=["+experiment=dqn_cartpole", "run_dir=/tmp/run"])
-    >>> summary, objects = train(cfg)  # doctest: +SKIP
+    >>> tiny = ["actors.total_frames=400", "actors.frames_per_batch=100", "algo.hidden=[16]",
+    ...         "algo.learning_starts=200", "eval.every_frames=400", "eval.episodes=1",
+    ...         "trainer.enable_progress_bar=false"]
+    >>> with initialize_config_module("actorq.conf", version_base="1.3"):
+    ...     cfg = compose("config", overrides=["+experiment=dqn_cartpole", *tiny,
+    ...                                        "callbacks=no_checkpoint", f"run_dir={tempfile.mkdtemp()}"])
+    >>> summary, objects = train(cfg)
+    >>> summary["frames"], summary["actor_precision"], sorted(objects)[:3]
+    (400, 'fp32', ['broadcast', 'evaluation', 'experience'])
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ also pushes the current epsilon (or Gaussian sigma): annealing is decided by the
 
 Example:
     >>> from actorq.envs import EnvSpec
-from actorq.quant import QuantizedNetwork, QuantSpec
     >>> from actorq.networks import QNetwork
     >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
     >>> policy = ExplorationPolicy(QNetwork(spec, (32,)), spec, noise_scale=0.1)

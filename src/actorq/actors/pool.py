@@ -3,18 +3,23 @@
 This is the only module that imports TorchRL collectors.
 
 Example:
-    >>> pool = ActorPool(env_name="CartPole-v1", policy=policy, num_workers=2,  # doctest: +SKIP
-    ...                  frames_per_batch=200, total_frames=10_000)
-    >>> for batch in pool:  # TensorDicts of [*env_batch, T] steps  # doctest: +SKIP
-    ...     pool.push(learner_policy)
+    >>> from actorq.actors.policy import ExplorationPolicy
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.networks import QNetwork
+    >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+    >>> policy = ExplorationPolicy(QNetwork(spec, (16,)), spec, noise_scale=0.1)
+    >>> pool = ActorPool("CartPole-v1", policy, num_workers=1, frames_per_batch=100, total_frames=300)
+    >>> try:
+    ...     shapes = [tuple(batch.shape) for batch in pool]  # one TensorDict of steps per batch
+    ...     pool.push(policy)  # copies the policy's parameters and buffers into every worker
+    ... finally:
+    ...     pool.shutdown()
+    >>> shapes
+    [(100,), (100,), (100,)]
 
 With a ``writer`` (an :class:`~actorq.replay.experience.ExperienceWriter` over a shared
-replay) the workers store their batches themselves and iteration yields :data:`WRITTEN`:
-
-    >>> pool = ActorPool("CartPole-v1", policy, num_workers=2, frames_per_batch=200,  # doctest: +SKIP
-    ...                  total_frames=10_000, writer=ExperienceWriter(shared_replay, 3, 0.99))
-    >>> next(iter(pool)) is WRITTEN  # doctest: +SKIP
-    True
+replay) the workers store their batches themselves and iteration yields :data:`WRITTEN`
+once per batch written (``tests/component/test_replay_in_training.py`` runs it).
 """
 
 from __future__ import annotations

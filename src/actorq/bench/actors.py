@@ -6,8 +6,9 @@ QuaRL code), each worker on one thread. The main process only drains batches, so
 is what the actors can supply. fp32 and int8 runs alternate in one process; each keeps its
 best round.
 
-Example:
-    >>> main(["--quick", "--out", ""])  # doctest: +SKIP
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+
+    python -m actorq.bench actors [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations

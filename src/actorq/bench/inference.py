@@ -4,8 +4,9 @@ One thread (as in each actor process), policies ``17 -> W -> W -> W -> 6`` with 
 fp32 vs bf16 vs int8 static vs int8 dynamic, and what ``quant.bits=auto`` picks for that
 width and batch (measured again here next to the others). Ratios are speedups over fp32.
 
-Example:
-    >>> main(["--quick", "--out", ""])  # doctest: +SKIP
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+
+    python -m actorq.bench inference [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations

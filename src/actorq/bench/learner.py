@@ -6,8 +6,9 @@ logging, callbacks), once as a bare PyTorch loop calling the algorithm's own ``u
 plain ``torch.optim`` optimizers, a plain ``loss.backward()`` and no Trainer. Reports updates
 per second and their ratio (target: >= 0.9).
 
-Example:
-    >>> main(["--quick", "--out", ""])  # doctest: +SKIP
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+
+    python -m actorq.bench learner [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations

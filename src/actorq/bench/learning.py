@@ -4,8 +4,9 @@ Runs each reference experiment with ``quant.bits=32`` and ``quant.bits=8`` (same
 one after the other in this process) and prints final eval return (of the learner's fp32
 policy and of the int8 policy the actors ran), frames and wall-clock side by side.
 
-Example:
-    >>> main(["--quick", "--out", ""])  # doctest: +SKIP
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+
+    python -m actorq.bench learning [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations

@@ -142,16 +142,12 @@ class SharedReplay(ReplayBuffer):
         seed: seed of the sampling generator.
 
     Example:
-        >>> import multiprocessing
         >>> from tensordict import TensorDict
         >>> row = TensorDict({"reward": torch.zeros(())}, [])
         >>> buffer = SharedReplay(capacity=1000, template=row)
-        >>> def act(writer):  # in a worker process (define it in an importable module)
-        ...     writer.write(TensorDict({"reward": torch.ones(10)}, [10]))
-        >>> worker = multiprocessing.get_context("spawn").Process(  # doctest: +SKIP
-        ...     target=act, args=(buffer.writer(),))
-        >>> worker.start(); worker.join()  # doctest: +SKIP
-        >>> len(buffer)  # doctest: +SKIP
+        >>> writer = buffer.writer()  # picklable: pass it to a worker process when it starts
+        >>> writer.write(TensorDict({"reward": torch.ones(10)}, [10]))  # what the worker does
+        >>> len(buffer)
         10
     """
 
