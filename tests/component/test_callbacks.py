@@ -34,12 +34,22 @@ def test_callbacks_in_a_real_run(make_cfg):
 def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):
     cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.broadcast.every_n_steps=5")
     summary, objects = train(cfg)
-    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     states = checkpoint["callbacks"]
     assert states["QuantizeBroadcast"]["broadcasts"] == objects["broadcast"].broadcasts
     evaluation_state = next(v for k, v in states.items() if k.startswith("Evaluation"))
     assert len(evaluation_state["history"]) >= 1
     assert checkpoint["actorq"]["frames"] == summary["frames"]
+    # The experience pipeline's state: replay sampling state, the actors' precision and
+    # last payload; the run config as the datamodule's hyperparameter.
+    experience = checkpoint["Experience"]
+    assert experience["replay"]["generator"].dtype == torch.uint8
+    assert experience["quant"]["bits"] == 32
+    payload = objects["experience"].actor_policy.network.payload()
+    assert experience["payload"].keys() == payload.keys()
+    assert all(torch.equal(experience["payload"][k], payload[k]) for k in payload)
+    assert checkpoint["datamodule_hyper_parameters"]["config"]["env"]["name"] == "CartPole-v1"
+    assert len(checkpoint["lr_schedulers"]) == 1  # dqn decays its learning rate
 
 
 def test_evaluation_validates_arguments():

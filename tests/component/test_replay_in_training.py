@@ -57,7 +57,7 @@ def test_replay_option_and_key_build_the_same_buffer(make_cfg):
 
 def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg, tmp_path):
     summary, objects = train(make_cfg(*FAST, "replay.shared=true", "replay.prioritized=true",
-                                      "actors.num_workers=2"))
+                                      "actors.num_workers=2", "quant.bits=8"))
     learner, replay = objects["learner"], objects["experience"].replay
     assert isinstance(replay, SharedReplay) and objects["experience"].writer.in_workers
     # Every frame the workers collected is a complete transition in the buffer; the
@@ -76,8 +76,10 @@ def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg
     assert learner.learner_steps > 0
     assert replay.priorities.max_priority > 1.0
     assert len(np.unique(leaf_priorities(replay))) > 100
-    # Evaluation, weight pushes and the collection metrics still work.
+    # Evaluation, int8 weight pushes (calibrated on the shared buffer) and the collection
+    # metrics still work.
     assert summary["final_return"] is not None and objects["broadcast"].broadcasts > 0
+    assert summary["final_return_quant"] is not None
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
