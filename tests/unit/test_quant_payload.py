@@ -228,12 +228,15 @@ def test_discrete_q_network_keeps_its_greedy_actions(observations):
     assert action_error(q_network, quantized, obs, discrete=True) < 0.1
 
 
-def test_unsupported_trunks_are_refused():
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=QuantSpec.describe)
+def test_unsupported_trunks_are_refused_naming_the_module(spec):
     odd = nn.Module()
-    odd.trunk = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    odd.trunk = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.1), nn.Linear(4, 1))
     odd.head = nn.Identity()
-    with pytest.raises(ConfigError, match="Linear -> \\[LayerNorm\\] -> ReLU"):
-        quantize(odd, QuantSpec(bits=8, mode="dynamic"))
+    with pytest.raises(ConfigError, match=r"Linear -> \[LayerNorm\] -> \[activation\].*trunk\[1\] is Dropout"):
+        quantize(odd, spec)
+    with pytest.raises(ConfigError, match="trunk\\[1\\] is Dropout"):
+        QuantizedNetwork.template_for(odd, spec)
 
 
 def test_fidelity_metrics_use_the_documented_names(actor, observations):
