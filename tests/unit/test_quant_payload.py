@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 
 import pytest
 import torch
@@ -174,6 +176,44 @@ def test_a_push_in_progress_leaves_the_built_trunk_untouched(spec, actor, observ
     torch.testing.assert_close(worker(observations), before, atol=0, rtol=0)
     worker.version.copy_(other.version)
     torch.testing.assert_close(worker(observations), other(observations), atol=0, rtol=0)
+
+
+class _CutShort:
+    """Passes load_payload's shape and dtype check, then cannot be copied: a write cut short."""
+
+    def __init__(self, like: torch.Tensor):
+        self.shape, self.dtype = like.shape, like.dtype
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [QuantSpec(bits=32), QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic"),
+     QuantSpec(bits=4, mode="dynamic")],
+    ids=QuantSpec.describe,
+)
+def test_a_reader_never_builds_a_half_written_payload(spec, actor, observations):
+    """load_payload writes the very buffers workers read. Cut it short after the first tensor:
+    a reader that builds now (a worker that has just seen a new version) must wait for the
+    write to finish, not run the first new tensor with the old rest."""
+    network = QuantizedNetwork.from_network(actor, spec, calibration=observations)
+    new_actor = DeterministicActor(CONTINUOUS, HIDDEN)
+    new_payload = quantize(new_actor, spec, calibration=observations)
+    first, second = list(network.payload())[:2]
+    with pytest.raises(TypeError):
+        network.load_payload({**new_payload, second: _CutShort(new_payload[second])})
+    assert torch.equal(network.payload()[first], new_payload[first])  # really half-written
+
+    network._forget_trunk()
+    built: list[nn.Module] = []
+    reader = threading.Thread(target=lambda: built.append(network.executable_trunk()), daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive() and not built, "a reader accepted a half-written payload"
+    network.load_payload(new_payload)  # the write completes
+    reader.join(timeout=10)
+    assert built, "the reader never saw the completed write"
+    expected = QuantizedNetwork.from_network(new_actor, spec, calibration=observations).executable_trunk()
+    torch.testing.assert_close(built[0](observations), expected(observations), atol=0, rtol=0)
 
 
 def test_wrong_payload_is_rejected_clearly(actor):
