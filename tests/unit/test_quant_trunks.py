@@ -88,6 +88,8 @@ def _policy(trunk_name: str) -> Policy:
 @pytest.mark.parametrize("spec_name", list(SPECS))
 def test_every_codec_that_runs_a_trunk_stays_close_to_fp32(trunk_name, spec_name, observations):
     spec, tolerance = SPECS[spec_name]
+    if trunk_name != "some_norms":
+        tolerance /= 5  # without LayerNorms rounding errors do not pile up (measured: 3x below this)
     policy = _policy(trunk_name)
     if spec.is_static and trunk_name not in STATIC_RUNS:
         pytest.skip("int8 static refuses Tanh (tested below)")
