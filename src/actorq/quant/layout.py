@@ -15,6 +15,7 @@ Example:
     ((3, 8, 8, 1), ['tanh', None, None], [False, True, False])
     >>> TrunkLayout(sizes=(3, 64, 1)) == TrunkLayout.from_trunk(nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, 1)))
     True
+    >>> from actorq.quant import QuantSpec
     >>> sorted(TrunkLayout(sizes=(3, 64, 1)).payload_spec(QuantSpec(bits=32)))
     ['l0_bias', 'l0_weight', 'l1_bias', 'l1_weight']
 """
