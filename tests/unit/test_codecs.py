@@ -125,3 +125,9 @@ def test_a_new_observer_is_one_table_entry(monkeypatch):
     # the trunk default, the input, 2 hidden LinearReLU: 7 bits; the last Linear: full 8 bits
     assert calls == [True, True, True, True, False]
     assert set(payload) == set(TrunkLayout(sizes=(5, 16, 16, 2)).payload_spec(spec))
+
+
+def test_a_spec_dict_is_its_fields_only():
+    """Callers rebuild specs with QuantSpec(**{**spec.__dict__, "bits": ...})."""
+    spec = QuantSpec(bits=8, mode="dynamic")
+    assert QuantSpec(**{**spec.__dict__, "bits": 4}).describe() == "4-bit simulated per_channel"

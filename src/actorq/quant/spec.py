@@ -82,8 +82,8 @@ class QuantSpec:
         _check_choice("observer", self.observer, OBSERVERS)
         _check_choice("calibration", self.calibration, tuple(_ao.CALIBRATION_OBSERVERS))
         _check_choice("granularity", self.granularity, GRANULARITIES)
-        # The codec that formats this spec (None until bits=auto is resolved); not a field.
-        object.__setattr__(self, "_codec", None if self.bits == AUTO else codecs.select(self))
+        if self.bits != AUTO:
+            codecs.select(self)  # a codec serves these bits, mode and format
         low, high = self.input_range
         if not low < high:
             raise ConfigError(
@@ -100,20 +100,22 @@ class QuantSpec:
 
     @property
     def codec(self) -> Codec:
-        """The codec that runs this spec (see :mod:`actorq.quant.codecs`)."""
-        if self._codec is None:
-            raise ConfigError("quant.bits=auto must be resolved with actorq.quant.select_precision first")
-        return self._codec
+        """The codec that runs this spec (see :mod:`actorq.quant.codecs`).
+
+        Looked up in the registry on each call (a few microseconds), not stored: the spec's
+        ``__dict__`` stays its fields, which callers splat into ``QuantSpec(**...)``.
+        """
+        return codecs.select(self)
 
     @property
     def is_int8(self) -> bool:
         """Real int8 kernels (torch.ao quantized modules) run in the actors."""
-        return self._codec is not None and self._codec.int8_kernels
+        return not self.is_auto and self.codec.int8_kernels
 
     @property
     def is_static(self) -> bool:
         """Activations are quantized with calibrated ranges, so a broadcast needs them."""
-        return self._codec is not None and self._codec.calibrated
+        return not self.is_auto and self.codec.calibrated
 
     @property
     def needs_calibration(self) -> bool:
@@ -122,9 +124,9 @@ class QuantSpec:
 
     def describe(self) -> str:
         """A short human-readable name, e.g. ``"int8 static per_channel"`` (the codec's)."""
-        if self._codec is None:
+        if self.is_auto:
             return "auto"
-        return self._codec.describe(self)
+        return self.codec.describe(self)
 
     def with_bits(self, bits: int | str, mode: str | None = None) -> QuantSpec:
         """A copy with other ``bits`` (and ``mode``) and no ``format``, everything else unchanged."""
