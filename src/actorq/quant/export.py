@@ -52,8 +52,9 @@ class StandalonePolicy(nn.Module):
 def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) -> Path:
     """Writes ``network`` (trunk at its precision + head) as a TorchScript archive.
 
-    Load it with ``torch.jit.load(path)``; the file also holds ``actorq.json`` (precision and
-    widths, format, per-layer norms and activations), readable with ``torch.jit.load(path, _extra_files={"actorq.json": ""})``.
+    Load it with ``torch.jit.load(path)``; the file also holds ``actorq.json`` (precision,
+    codec format, widths, per-layer norms and activations), readable with
+    ``torch.jit.load(path, _extra_files={"actorq.json": ""})``.
 
     Args:
         network: a quantized policy with a payload loaded.

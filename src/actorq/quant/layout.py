@@ -13,7 +13,8 @@ Example:
     >>> layout = TrunkLayout.from_trunk(trunk)
     >>> layout.sizes, [layer.activation for layer in layout.layers], [layer.norm for layer in layout.layers]
     ((3, 8, 8, 1), ['tanh', None, None], [False, True, False])
-    >>> TrunkLayout(sizes=(3, 64, 1)) == TrunkLayout.from_trunk(nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, 1)))
+    >>> mlp_trunk = nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, 1))
+    >>> TrunkLayout(sizes=(3, 64, 1)) == TrunkLayout.from_trunk(mlp_trunk)
     True
     >>> from actorq.quant import QuantSpec
     >>> sorted(TrunkLayout(sizes=(3, 64, 1)).payload_spec(QuantSpec(bits=32)))
@@ -116,7 +117,9 @@ class TrunkLayout:
                 raise ConfigError(f"a trunk needs at least input and output widths > 0, got {sizes}")
             last = len(sizes) - 2
             layers = [
-                LayerLayout(sizes[k], sizes[k + 1], norm=layer_norm and k < last, activation="relu" if k < last else None)
+                LayerLayout(
+                    sizes[k], sizes[k + 1], norm=layer_norm and k < last, activation="relu" if k < last else None
+                )
                 for k in range(last + 1)
             ]
         layers = tuple(layers)

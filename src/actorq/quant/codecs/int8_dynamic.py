@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
-from actorq.quant.codecs._parts import assemble, codes, codes_payload_spec, norm_params, norm_payload_spec, prefixed
+from actorq.quant.codecs._parts import (
+    assemble,
+    codes,
+    codes_payload_spec,
+    norm_params,
+    norm_payload_spec,
+    prefixed,
+)
 
 
 @register

@@ -58,11 +58,13 @@ class Int8Static(Codec):
         for k, (linear, norm) in enumerate(_ao.quantized_layers(converted)):
             payload.update(prefixed(f"l{k}_", {**_ao.linear_codes(linear), **_ao.output_qparams(linear)}))
             if norm is not None:
-                payload.update(prefixed(f"l{k}_norm_", {**_ao.layer_norm_params(norm), **_ao.output_qparams(norm)}))
+                norm_tensors = {**_ao.layer_norm_params(norm), **_ao.output_qparams(norm)}
+                payload.update(prefixed(f"l{k}_norm_", norm_tensors))
         return payload
 
     def decode(self, layout, spec, payload):
-        modules: list[nn.Module] = [_ao.quantize_input(float(payload["input_scale"]), int(payload["input_zero_point"]))]
+        input_qparams = float(payload["input_scale"]), int(payload["input_zero_point"])
+        modules: list[nn.Module] = [_ao.quantize_input(*input_qparams)]
         for k, layer in enumerate(layout.layers):
             fused_relu = layer.activation == "relu" and not layer.norm
             out_qparams = float(payload[f"l{k}_scale"]), int(payload[f"l{k}_zero_point"])
