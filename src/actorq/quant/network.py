@@ -76,7 +76,7 @@ class QuantizedNetwork(nn.Module):
         # reads version before building and the same value in version_begin after it knows
         # no push touched the payload in between (see _build).
         self.register_buffer("version_begin", torch.zeros((), dtype=torch.int64))
-        for name, (shape, dtype) in self.layout.payload_spec(quant).items():
+        for name, (shape, dtype) in self.codec.payload_spec(self.layout, quant).items():
             self.register_buffer(name, _placeholder(name, shape, dtype))
         self.register_buffer("version", torch.zeros((), dtype=torch.int64))
         self._forget_trunk()
@@ -115,7 +115,7 @@ class QuantizedNetwork(nn.Module):
 
     def payload(self) -> Payload:
         """The current payload (the buffers themselves, not copies)."""
-        return {name: getattr(self, name) for name in self.layout.payload_spec(self.quant)}
+        return {name: getattr(self, name) for name in self.codec.payload_spec(self.layout, self.quant)}
 
     def load_payload(self, payload: Payload) -> None:
         """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``.
@@ -124,7 +124,7 @@ class QuantizedNetwork(nn.Module):
         payload to every actor. The buffers may be the very memory workers read, so the write
         follows the sequence lock: ``version_begin`` first, then the payload, then ``version``.
         """
-        expected = self.layout.payload_spec(self.quant)
+        expected = self.codec.payload_spec(self.layout, self.quant)
         if set(payload) != set(expected):
             missing, extra = sorted(set(expected) - set(payload)), sorted(set(payload) - set(expected))
             raise ConfigError(
