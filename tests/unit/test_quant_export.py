@@ -68,3 +68,28 @@ def test_exported_q_network_acts_greedily(tmp_path):
     out = _run_fresh(export(quantized, tmp_path / "q.pt", greedy=True), observations, tmp_path)
     assert out["batched"].dtype == torch.int64
     torch.testing.assert_close(out["batched"], quantized(observations).argmax(-1))
+
+
+@pytest.mark.parametrize("spec", [QuantSpec(bits=8, mode="dynamic"), QuantSpec(bits=8, mode="static")],
+                         ids=QuantSpec.describe)
+def test_exported_general_trunk_matches_in_a_fresh_process(spec, tmp_path):
+    """Not an mlp(): a LayerNorm on some layers only, no activation after one Linear."""
+    torch.manual_seed(0)
+    policy = torch.nn.Module()
+    policy.trunk = torch.nn.Sequential(
+        torch.nn.Linear(17, 32), torch.nn.LayerNorm(32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+        torch.nn.Linear(32, 6), torch.nn.ReLU(),
+    )
+    policy.head = torch.nn.Identity()
+    observations = torch.randn(32, 17)
+    quantized = QuantizedNetwork.from_network(policy, spec, calibration=observations)
+    path = export(quantized, tmp_path / "policy.pt")
+    out = _run_fresh(path, observations, tmp_path)
+    torch.testing.assert_close(out["batched"], quantized(observations), atol=1e-6, rtol=0)
+    extra = {"actorq.json": ""}
+    torch.jit.load(str(path), _extra_files=extra)
+    metadata = json.loads(extra["actorq.json"])
+    assert metadata["format"] == spec.codec.name
+    assert [(layer["norm"], layer["activation"]) for layer in metadata["layers"]] == [
+        (True, "relu"), (False, None), (False, "relu")
+    ]

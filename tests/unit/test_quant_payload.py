@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 
 import pytest
 import torch
@@ -176,6 +178,44 @@ def test_a_push_in_progress_leaves_the_built_trunk_untouched(spec, actor, observ
     torch.testing.assert_close(worker(observations), other(observations), atol=0, rtol=0)
 
 
+class _CutShort:
+    """Passes load_payload's shape and dtype check, then cannot be copied: a write cut short."""
+
+    def __init__(self, like: torch.Tensor):
+        self.shape, self.dtype = like.shape, like.dtype
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [QuantSpec(bits=32), QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic"),
+     QuantSpec(bits=4, mode="dynamic")],
+    ids=QuantSpec.describe,
+)
+def test_a_reader_never_builds_a_half_written_payload(spec, actor, observations):
+    """load_payload writes the very buffers workers read. Cut it short after the first tensor:
+    a reader that builds now (a worker that has just seen a new version) must wait for the
+    write to finish, not run the first new tensor with the old rest."""
+    network = QuantizedNetwork.from_network(actor, spec, calibration=observations)
+    new_actor = DeterministicActor(CONTINUOUS, HIDDEN)
+    new_payload = quantize(new_actor, spec, calibration=observations)
+    first, second = list(network.payload())[:2]
+    with pytest.raises(TypeError):
+        network.load_payload({**new_payload, second: _CutShort(new_payload[second])})
+    assert torch.equal(network.payload()[first], new_payload[first])  # really half-written
+
+    network._forget_trunk()
+    built: list[nn.Module] = []
+    reader = threading.Thread(target=lambda: built.append(network.executable_trunk()), daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive() and not built, "a reader accepted a half-written payload"
+    network.load_payload(new_payload)  # the write completes
+    reader.join(timeout=10)
+    assert built, "the reader never saw the completed write"
+    expected = QuantizedNetwork.from_network(new_actor, spec, calibration=observations).executable_trunk()
+    torch.testing.assert_close(built[0](observations), expected(observations), atol=0, rtol=0)
+
+
 def test_wrong_payload_is_rejected_clearly(actor):
     template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, QuantSpec(bits=8, mode="dynamic"))
     with pytest.raises(ConfigError, match="missing"):
@@ -228,12 +268,15 @@ def test_discrete_q_network_keeps_its_greedy_actions(observations):
     assert action_error(q_network, quantized, obs, discrete=True) < 0.1
 
 
-def test_unsupported_trunks_are_refused():
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=QuantSpec.describe)
+def test_unsupported_trunks_are_refused_naming_the_module(spec):
     odd = nn.Module()
-    odd.trunk = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    odd.trunk = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.1), nn.Linear(4, 1))
     odd.head = nn.Identity()
-    with pytest.raises(ConfigError, match="Linear -> \\[LayerNorm\\] -> ReLU"):
-        quantize(odd, QuantSpec(bits=8, mode="dynamic"))
+    with pytest.raises(ConfigError, match=r"Linear -> \[LayerNorm\] -> \[activation\].*trunk\[1\] is Dropout"):
+        quantize(odd, spec)
+    with pytest.raises(ConfigError, match="trunk\\[1\\] is Dropout"):
+        QuantizedNetwork.template_for(odd, spec)
 
 
 def test_fidelity_metrics_use_the_documented_names(actor, observations):

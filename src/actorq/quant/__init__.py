@@ -3,8 +3,9 @@
 The learner calls :func:`quantize` (post-training quantization with torch.ao) and loads the
 payload into the actors' :class:`QuantizedNetwork` with
 :meth:`QuantizedNetwork.load_payload`; ``ActorPool.push`` then copies it to every worker,
-where the network rebuilds its quantized modules. torch.ao is imported only inside this
-package (in ``_ao.py``).
+where the network rebuilds its quantized modules. Each precision format is one
+:class:`Codec` in :mod:`actorq.quant.codecs` (``register``/``unregister``/``codec_for``
+there). torch.ao is imported only inside this package (in ``_ao.py``).
 
 Example:
     >>> from actorq.envs import EnvSpec
@@ -20,23 +21,29 @@ Example:
 
 import torch  # noqa: F401  (the example above uses it)
 
+from actorq.quant.codecs import Codec, codec_for
 from actorq.quant.auto import PrecisionChoice, choose, resolve_precision, select_precision
 from actorq.quant.export import export
 from actorq.quant.fidelity import action_agreement, action_error, fidelity_metrics, fp32_nbytes, weight_error
+from actorq.quant.layout import LayerLayout, TrunkLayout
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.quantize import Payload, dequantized_weights, payload_nbytes, quantize, reference_module
 from actorq.quant.spec import QuantSpec
 from actorq.quant.timing import Timing, time_forward
 
 __all__ = [
+    "Codec",
+    "LayerLayout",
     "Payload",
     "PrecisionChoice",
     "QuantSpec",
     "QuantizedNetwork",
     "Timing",
+    "TrunkLayout",
     "action_agreement",
     "action_error",
     "choose",
+    "codec_for",
     "dequantized_weights",
     "export",
     "fidelity_metrics",

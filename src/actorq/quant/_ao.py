@@ -1,10 +1,12 @@
 """The one place that touches ``torch.ao`` (deprecated upstream in favour of torchao).
 
 Everything else in :mod:`actorq.quant` sees plain tensors and ``nn.Module`` objects, so
-swapping the backend means rewriting this file only. Two halves:
+swapping the backend means rewriting this file only. Three parts:
 
+* the observer table :data:`CALIBRATION_OBSERVERS` (``quant.calibration`` accepts its keys);
 * learner side: eager-mode post-training quantization (``prepare``/``convert`` with the
-  observers a :class:`~actorq.quant.spec.QuantSpec` names, or ``quantize_dynamic``);
+  observers a :class:`~actorq.quant.spec.QuantSpec` names, or ``quantize_dynamic``), and the
+  plain codes and qparams read back from the converted modules;
 * worker side: quantized modules rebuilt from plain ``int8`` codes and float scales.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -25,6 +28,9 @@ with warnings.catch_warnings():
     import torch.ao.nn.quantized.dynamic as nnqd
     import torch.ao.quantization as tq
     from torch.ao.quantization import observer as tqo
+
+if TYPE_CHECKING:
+    from actorq.quant.spec import QuantSpec
 
 # The deprecation is known and contained in this module; actors would otherwise print it in
 # every worker process on the first quantized forward.
@@ -40,10 +46,21 @@ WEIGHT_DTYPE = torch.qint8
 REDUCED_ACTIVATION_MAX = 127
 FULL_ACTIVATION_MAX = 255
 
-_LEARNED_OBSERVERS: dict[str, type] = {
-    "minmax": tqo.MinMaxObserver,
-    "moving_average": tqo.MovingAverageMinMaxObserver,
-    "histogram": tqo.HistogramObserver,
+ObserverFactory = Callable[[], nn.Module]
+
+# quant.calibration -> (spec, feeds_linear) -> activation observer constructor. QuantSpec
+# accepts exactly these names (in this order in its error message), so a new learned
+# observer is one entry here (it may read its parameters from the spec) plus its test.
+CALIBRATION_OBSERVERS: dict[str, Callable[[QuantSpec, bool], ObserverFactory]] = {
+    "minmax": lambda spec, feeds_linear: tqo.MinMaxObserver.with_args(
+        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
+    ),
+    "moving_average": lambda spec, feeds_linear: tqo.MovingAverageMinMaxObserver.with_args(
+        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
+    ),
+    "histogram": lambda spec, feeds_linear: tqo.HistogramObserver.with_args(
+        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
+    ),
 }
 
 
@@ -81,10 +98,10 @@ def _weight_observer(per_channel: bool) -> Callable[[], nn.Module]:
     return tqo.MinMaxObserver.with_args(dtype=WEIGHT_DTYPE, qscheme=torch.per_tensor_symmetric)
 
 
-def _learned_observer(calibration: str, feeds_linear: bool) -> Callable[[], nn.Module]:
-    return _LEARNED_OBSERVERS[calibration].with_args(
-        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
-    )
+def _activation_observer(spec: QuantSpec, low: float, high: float, feeds_linear: bool) -> ObserverFactory:
+    if spec.observer == "fixed":
+        return _fixed_observer(low, high, feeds_linear)
+    return CALIBRATION_OBSERVERS[spec.calibration](spec, feeds_linear)
 
 
 def _fixed_observer(low: float, high: float, feeds_linear: bool) -> Callable[[], nn.Module]:
@@ -124,17 +141,14 @@ def fusable_pairs(trunk: nn.Sequential) -> list[list[str]]:
 
 
 def convert_static(
-    trunk: nn.Sequential,
-    calibration: torch.Tensor | None,
-    *,
-    per_channel: bool,
-    observer: str,
-    calibration_kind: str,
-    input_range: tuple[float, float],
-    activation_max: float,
-    chunks: int = 8,
+    trunk: nn.Sequential, calibration: torch.Tensor | None, spec: QuantSpec, chunks: int = 8
 ) -> nn.Module:
     """Eager-mode static PTQ of a copy of ``trunk``: fuse, observe, calibrate, convert.
+
+    Args:
+        trunk: ``Linear -> [LayerNorm] -> [ReLU]`` blocks (the int8 static codec checks that).
+        calibration: observations ``[N, in]``; ignored by the fixed observer.
+        spec: granularity, observer, calibration kind, input range and activation max.
 
     Returns:
         The converted module; ``.quant`` is a quantize module with the input qparams and
@@ -146,38 +160,29 @@ def convert_static(
         pairs = fusable_pairs(staged.trunk)
         if pairs:
             staged.trunk = tq.fuse_modules(staged.trunk, pairs)
-        _assign_qconfigs(staged, per_channel, observer, calibration_kind, input_range, activation_max)
+        _assign_qconfigs(staged, spec)
         prepared = tq.prepare(staged)
         with torch.no_grad():
-            for part in _calibration_chunks(calibration, input_range, staged, chunks):
+            for part in _calibration_chunks(calibration, spec.input_range, staged, chunks):
                 prepared(part)
         return tq.convert(prepared)
 
 
-def _assign_qconfigs(
-    staged: _Staged,
-    per_channel: bool,
-    observer: str,
-    calibration_kind: str,
-    input_range: tuple[float, float],
-    activation_max: float,
-) -> None:
-    weight = _weight_observer(per_channel)
-    layers = list(staged.trunk)
-    last = max(i for i, m in enumerate(layers) if isinstance(m, (nn.Linear, nni.LinearReLU)))
+def _assign_qconfigs(staged: _Staged, spec: QuantSpec) -> None:
+    """Activation ranges: 7 bits wherever a Linear reads them, 8 bits at the trunk's output."""
+    weight = _weight_observer(spec.granularity == "per_channel")
+    amax = spec.activation_max
 
     def qconfig(low: float, high: float, feeds_linear: bool) -> tq.QConfig:
-        if observer == "fixed":
-            return tq.QConfig(activation=_fixed_observer(low, high, feeds_linear), weight=weight)
-        return tq.QConfig(activation=_learned_observer(calibration_kind, feeds_linear), weight=weight)
+        return tq.QConfig(activation=_activation_observer(spec, low, high, feeds_linear), weight=weight)
 
-    staged.qconfig = qconfig(-activation_max, activation_max, True)
-    staged.quant.qconfig = qconfig(*input_range, True)
-    for i, module in enumerate(layers):
-        if isinstance(module, nni.LinearReLU):
-            module.qconfig = qconfig(0.0, activation_max, True)
-        elif i == last:
-            module.qconfig = qconfig(-activation_max, activation_max, False)
+    layers = list(staged.trunk)
+    observed = [i for i, m in enumerate(layers) if isinstance(m, (nn.Linear, nni.LinearReLU, nn.LayerNorm))]
+    staged.qconfig = qconfig(-amax, amax, True)
+    staged.quant.qconfig = qconfig(*spec.input_range, True)
+    for i in observed:
+        low = 0.0 if isinstance(layers[i], nni.LinearReLU) else -amax
+        layers[i].qconfig = qconfig(low, amax, feeds_linear=i != observed[-1])
 
 
 def _calibration_chunks(
@@ -194,25 +199,32 @@ def _calibration_chunks(
     return list(torch.chunk(calibration, min(chunks, len(calibration))))
 
 
-def convert_dynamic(trunk: nn.Sequential, *, per_channel: bool) -> nn.Module:
+def convert_dynamic(trunk: nn.Sequential, spec: QuantSpec) -> nn.Module:
     """``quantize_dynamic`` of a copy of ``trunk``: its ``Linear`` layers become int8."""
+    per_channel = spec.granularity == "per_channel"
     qconfig = tq.per_channel_dynamic_qconfig if per_channel else tq.default_dynamic_qconfig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return tq.quantize_dynamic(copy.deepcopy(trunk).eval(), {nn.Linear: qconfig}, dtype=WEIGHT_DTYPE)
 
 
-def is_quantized_linear(module: nn.Module) -> bool:
-    return isinstance(module, (nnq.Linear, nnqd.Linear))
-
-
-def is_quantized_layer_norm(module: nn.Module) -> bool:
-    return isinstance(module, nnq.LayerNorm)
+def quantized_layers(converted: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
+    """``(quantized Linear, quantized LayerNorm or None)`` per ``Linear`` of a converted trunk,
+    in order (``LinearReLU`` counts as a ``Linear``; a dynamic trunk's norms stay fp32: None)."""
+    layers: list[list] = []
+    for module in converted.modules():
+        if isinstance(module, (nnq.Linear, nnqd.Linear)):
+            layers.append([module, None])
+        elif isinstance(module, nnq.LayerNorm):
+            layers[-1][1] = module
+    return [(linear, norm) for linear, norm in layers]
 
 
 def linear_codes(module: nn.Module) -> dict[str, torch.Tensor]:
     """The int8 weight codes, scales, zero points and fp32 bias of a quantized ``Linear``."""
     weight, bias = module._weight_bias()  # one unpack of the packed params, not two
+    if bias is None:
+        bias = torch.zeros(weight.shape[0])
     if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
         scale = weight.q_per_channel_scales()
         zero_point = weight.q_per_channel_zero_points()
@@ -233,6 +245,11 @@ def output_qparams(module: nn.Module) -> dict[str, torch.Tensor]:
         "scale": torch.tensor([float(module.scale)]),
         "zero_point": torch.tensor([int(module.zero_point)], dtype=torch.int32),
     }
+
+
+def layer_norm_params(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The fp32 weight and bias of a (quantized or float) ``LayerNorm``."""
+    return {"weight": module.weight.detach().float().clone(), "bias": module.bias.detach().float().clone()}
 
 
 def input_qparams(converted: nn.Module) -> dict[str, torch.Tensor]:

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -51,8 +52,9 @@ class StandalonePolicy(nn.Module):
 def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) -> Path:
     """Writes ``network`` (trunk at its precision + head) as a TorchScript archive.
 
-    Load it with ``torch.jit.load(path)``; the file also holds ``actorq.json`` (precision and
-    widths), readable with ``torch.jit.load(path, _extra_files={"actorq.json": ""})``.
+    Load it with ``torch.jit.load(path)``; the file also holds ``actorq.json`` (precision,
+    codec format, widths, per-layer norms and activations), readable with
+    ``torch.jit.load(path, _extra_files={"actorq.json": ""})``.
 
     Args:
         network: a quantized policy with a payload loaded.
@@ -67,8 +69,10 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
     policy = StandalonePolicy(network.executable_trunk(), network.head, greedy).eval()
     metadata = {
         "precision": network.quant.describe(),
+        "format": network.codec.name,
         "sizes": list(network.layout.sizes),
         "layer_norm": network.layout.layer_norm,
+        "layers": [dataclasses.asdict(layer) for layer in network.layout.layers],
         "greedy": greedy,
         "torch": torch.__version__,
     }

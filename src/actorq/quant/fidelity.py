@@ -54,7 +54,7 @@ def action_agreement(reference: nn.Module, candidate: nn.Module, observations: t
 def weight_error(network: nn.Module, payload: Payload) -> float:
     """Relative L2 error of all trunk weights: ``||W - W_q|| / ||W||`` over every layer."""
     layout = TrunkLayout.from_trunk(network.trunk)
-    originals = [network.trunk[layout.module_index(k)].weight.float() for k in range(layout.num_layers)]
+    originals = [layout.linear(network.trunk, k).weight.float() for k in range(layout.num_layers)]
     quantized = dequantized_weights(payload)
     error = sum(((w - q) ** 2).sum() for w, q in zip(originals, quantized, strict=True))
     norm = sum((w**2).sum() for w in originals)

@@ -1,122 +1,219 @@
-"""The shape of a policy trunk and of the payload that carries it at a given precision.
+"""The shape of a policy trunk: an ``nn.Sequential`` of ``Linear -> [LayerNorm] -> [activation]``.
 
-A trunk is what :func:`actorq.networks.mlp` builds: ``Linear -> [LayerNorm] -> ReLU`` per
-hidden width, then a last ``Linear``. Layer ``k`` of the payload is the ``k``-th ``Linear``
-(with its ``LayerNorm``). The learner side (:func:`actorq.quant.quantize`) and the worker side
-(:class:`actorq.quant.QuantizedNetwork`) both read payload names and shapes from here, so they
-cannot disagree.
+Layer ``k`` of a trunk is its ``k``-th ``Linear`` together with the ``LayerNorm`` and the
+activation that directly follow it (each optional, in that order). The payload names a layer's
+tensors ``l{k}_...``; which tensors, and at which dtype, is the codec's business
+(:mod:`actorq.quant.codecs`). The learner side (:func:`actorq.quant.quantize`) and the worker
+side (:class:`actorq.quant.QuantizedNetwork`) both read the layout from here, so they cannot
+disagree.
 
 Example:
-    >>> layout = TrunkLayout(sizes=(3, 64, 1))
-    >>> sorted(layout.payload_spec(QuantSpec(bits=32)))
+    >>> from torch import nn
+    >>> trunk = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 1))
+    >>> layout = TrunkLayout.from_trunk(trunk)
+    >>> layout.sizes, [layer.activation for layer in layout.layers], [layer.norm for layer in layout.layers]
+    ((3, 8, 8, 1), ['tanh', None, None], [False, True, False])
+    >>> mlp_trunk = nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, 1))
+    >>> TrunkLayout(sizes=(3, 64, 1)) == TrunkLayout.from_trunk(mlp_trunk)
+    True
+    >>> from actorq.quant import QuantSpec
+    >>> sorted(TrunkLayout(sizes=(3, 64, 1)).payload_spec(QuantSpec(bits=32)))
     ['l0_bias', 'l0_weight', 'l1_bias', 'l1_weight']
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from actorq.errors import ConfigError
-from actorq.quant.spec import QuantSpec
 
-# name -> (shape, dtype)
+if TYPE_CHECKING:
+    from actorq.quant.spec import QuantSpec
+
+# A payload: plain tensors named l{k}_..., and what a codec says it holds: name -> (shape, dtype).
+Payload = dict[str, torch.Tensor]
 PayloadSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+# Activations a trunk may use (parameter-free, so the name says everything a worker must build).
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "silu": nn.SiLU,
+}
+_ACTIVATION_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
+LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default
 
 
 @dataclass(frozen=True)
-class TrunkLayout:
-    """Layer widths of an MLP trunk, input first, output last.
+class LayerLayout:
+    """One ``Linear``, optionally followed by a ``LayerNorm`` and then an activation.
 
     Attributes:
-        sizes: ``(in_dim, *hidden, out_dim)``.
-        layer_norm: whether every hidden ``Linear`` is followed by a ``LayerNorm``.
+        in_features, out_features: the ``Linear``'s widths.
+        norm: whether a ``LayerNorm(out_features)`` follows the ``Linear``.
+        activation: a key of :data:`ACTIVATIONS` (``"relu"``, ``"tanh"``...) or ``None``.
+        norm_eps: the ``LayerNorm``'s ``eps``.
     """
 
-    sizes: tuple[int, ...]
-    layer_norm: bool = False
+    in_features: int
+    out_features: int
+    norm: bool = False
+    activation: str | None = None
+    norm_eps: float = LAYER_NORM_EPS
 
     def __post_init__(self) -> None:
-        if len(self.sizes) < 2 or any(int(s) <= 0 for s in self.sizes):
-            raise ConfigError(f"a trunk needs at least input and output widths > 0, got {self.sizes}")
-        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+        object.__setattr__(self, "in_features", int(self.in_features))
+        object.__setattr__(self, "out_features", int(self.out_features))
+        if self.in_features <= 0 or self.out_features <= 0:
+            raise ConfigError(f"a trunk layer needs widths > 0, got {self.in_features} -> {self.out_features}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"trunk activation must be one of {', '.join(ACTIVATIONS)} or None; got {self.activation!r}"
+            )
+
+    def modules(self) -> list[nn.Module]:
+        """Fresh fp32 modules for this layer (random weights)."""
+        out: list[nn.Module] = [nn.Linear(self.in_features, self.out_features)]
+        if self.norm:
+            out.append(nn.LayerNorm(self.out_features, eps=self.norm_eps))
+        if self.activation is not None:
+            out.append(ACTIVATIONS[self.activation]())
+        return out
+
+
+@dataclass(frozen=True, init=False)
+class TrunkLayout:
+    """The layers of a trunk, input first.
+
+    Build it from a trunk with :meth:`from_trunk`, from explicit ``layers=``, or (the shape
+    :func:`actorq.networks.mlp` makes) from ``sizes`` and ``layer_norm``: ``Linear ->
+    [LayerNorm] -> ReLU`` per hidden width, then a last ``Linear``.
+
+    Attributes:
+        layers: one :class:`LayerLayout` per ``Linear``.
+    """
+
+    layers: tuple[LayerLayout, ...]
+
+    def __init__(
+        self,
+        sizes: Sequence[int] | None = None,
+        layer_norm: bool = False,
+        *,
+        layers: Sequence[LayerLayout] | None = None,
+    ):
+        if (sizes is None) == (layers is None):
+            raise ConfigError("a TrunkLayout needs either sizes (an mlp's widths) or layers, not both")
+        if layers is None:
+            sizes = tuple(sizes)  # type: ignore[arg-type]
+            if len(sizes) < 2 or any(int(s) <= 0 for s in sizes):
+                raise ConfigError(f"a trunk needs at least input and output widths > 0, got {sizes}")
+            last = len(sizes) - 2
+            layers = [
+                LayerLayout(
+                    sizes[k], sizes[k + 1], norm=layer_norm and k < last, activation="relu" if k < last else None
+                )
+                for k in range(last + 1)
+            ]
+        layers = tuple(layers)
+        if not layers:
+            raise ConfigError("the policy trunk has no nn.Linear layer to quantize")
+        for k in range(len(layers) - 1):
+            if layers[k].out_features != layers[k + 1].in_features:
+                raise ConfigError(
+                    f"trunk layer {k} outputs {layers[k].out_features} features but layer {k + 1} "
+                    f"takes {layers[k + 1].in_features}"
+                )
+        object.__setattr__(self, "layers", layers)
 
     @classmethod
-    def from_trunk(cls, trunk: nn.Sequential) -> TrunkLayout:
-        """Reads the layout of a trunk, or explains why it is not a quantizable MLP."""
-        linears = [m for m in trunk if isinstance(m, nn.Linear)]
-        if not linears:
+    def from_trunk(cls, trunk: nn.Module) -> TrunkLayout:
+        """Reads the layout of a trunk, or explains which module does not fit."""
+        if not isinstance(trunk, nn.Sequential):
+            raise ConfigError(f"the policy trunk must be an nn.Sequential, got {type(trunk).__name__}")
+        modules = list(trunk)
+        if not any(isinstance(m, nn.Linear) for m in modules):
             raise ConfigError("the policy trunk has no nn.Linear layer to quantize")
-        sizes = (linears[0].in_features, *(m.out_features for m in linears))
-        layer_norm = any(isinstance(m, nn.LayerNorm) for m in trunk)
-        layout = cls(sizes, layer_norm)
-        expected = [type(m) for m in layout.build_float_trunk()]
-        if [type(m) for m in trunk] != expected:
-            names = ", ".join(type(m).__name__ for m in trunk)
-            raise ConfigError(
-                f"quantization supports trunks of Linear -> [LayerNorm] -> ReLU blocks and a last "
-                f"Linear (actorq.networks.mlp); got {names}"
-            )
-        return layout
+        layers: list[LayerLayout] = []
+        i = 0
+        while i < len(modules):
+            linear = modules[i]
+            if type(linear) is not nn.Linear:
+                raise ConfigError(
+                    "quantization supports an nn.Sequential of Linear -> [LayerNorm] -> [activation] "
+                    f"blocks (activations: {', '.join(ACTIVATIONS)}); trunk[{i}] is "
+                    f"{type(linear).__name__} where a Linear is expected"
+                )
+            i += 1
+            norm, eps = False, LAYER_NORM_EPS
+            if i < len(modules) and isinstance(modules[i], nn.LayerNorm):
+                _check_norm(modules[i], linear.out_features, i)
+                norm, eps = True, float(modules[i].eps)
+                i += 1
+            activation = None
+            if i < len(modules) and type(modules[i]) in _ACTIVATION_NAMES:
+                activation = _ACTIVATION_NAMES[type(modules[i])]
+                i += 1
+            layers.append(LayerLayout(linear.in_features, linear.out_features, norm, activation, eps))
+        return cls(layers=layers)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """``(in_dim, *hidden, out_dim)``."""
+        return (self.layers[0].in_features, *(layer.out_features for layer in self.layers))
+
+    @property
+    def layer_norm(self) -> bool:
+        """Whether any layer has a ``LayerNorm``."""
+        return any(layer.norm for layer in self.layers)
 
     @property
     def num_layers(self) -> int:
-        return len(self.sizes) - 1
-
-    def has_relu(self, k: int) -> bool:
-        return k < self.num_layers - 1
+        return len(self.layers)
 
     def has_norm(self, k: int) -> bool:
-        return self.layer_norm and self.has_relu(k)
+        return self.layers[k].norm
 
-    def build_float_trunk(self) -> nn.Sequential:
-        """An fp32 trunk of this shape (random weights), as :func:`actorq.networks.mlp` makes."""
-        from actorq.networks import mlp
-
-        return mlp(self.sizes[0], self.sizes[1:-1], self.sizes[-1], layer_norm=self.layer_norm)
+    def has_relu(self, k: int) -> bool:
+        return self.layers[k].activation == "relu"
 
     def module_index(self, k: int) -> int:
         """Index in the ``nn.Sequential`` trunk of the ``k``-th ``Linear``."""
-        return k * (3 if self.layer_norm else 2)
+        return sum(1 + layer.norm + (layer.activation is not None) for layer in self.layers[:k])
+
+    def linear(self, trunk: nn.Sequential, k: int) -> nn.Linear:
+        """The ``k``-th ``Linear`` of an fp32 trunk with this layout."""
+        return trunk[self.module_index(k)]
+
+    def norm(self, trunk: nn.Sequential, k: int) -> nn.LayerNorm:
+        """The ``LayerNorm`` after the ``k``-th ``Linear`` of an fp32 trunk with this layout."""
+        return trunk[self.module_index(k) + 1]
+
+    def build_float_trunk(self) -> nn.Sequential:
+        """An fp32 trunk of this shape (random weights)."""
+        return nn.Sequential(*(m for layer in self.layers for m in layer.modules()))
 
     def payload_spec(self, spec: QuantSpec) -> PayloadSpec:
-        """Names, shapes and dtypes of every tensor in a payload for ``spec``."""
-        if spec.is_auto:
-            raise ConfigError("quant.bits=auto must be resolved with actorq.quant.select_precision first")
-        out: PayloadSpec = {}
-        if spec.is_static:
-            out["input_scale"] = ((1,), torch.float32)
-            out["input_zero_point"] = ((1,), torch.int32)
-        for k in range(self.num_layers):
-            out.update(self._layer_spec(k, spec))
-        return out
+        """Names, shapes and dtypes of every tensor in a payload for ``spec`` (its codec says)."""
+        from actorq.quant.codecs import codec_for
+
+        return codec_for(spec).payload_spec(self, spec)
 
     def payload_nbytes(self, spec: QuantSpec) -> int:
         """Bytes of a payload for ``spec`` (what every broadcast copies to every actor)."""
         return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.payload_spec(spec).values())
 
-    def _layer_spec(self, k: int, spec: QuantSpec) -> PayloadSpec:
-        fan_in, fan_out = self.sizes[k], self.sizes[k + 1]
-        float_dtype = torch.bfloat16 if spec.bits == 16 else torch.float32
-        out: PayloadSpec = {}
-        if spec.bits in (32, 16):
-            out[f"l{k}_weight"] = ((fan_out, fan_in), float_dtype)
-        else:
-            channels = fan_out if spec.granularity == "per_channel" else 1
-            out[f"l{k}_weight"] = ((fan_out, fan_in), torch.int8)
-            out[f"l{k}_weight_scale"] = ((channels,), torch.float32)
-            out[f"l{k}_weight_zero_point"] = ((channels,), torch.int32)
-        out[f"l{k}_bias"] = ((fan_out,), float_dtype)
-        if spec.is_static:
-            out[f"l{k}_scale"] = ((1,), torch.float32)
-            out[f"l{k}_zero_point"] = ((1,), torch.int32)
-        if self.has_norm(k):
-            out[f"l{k}_norm_weight"] = ((fan_out,), float_dtype)
-            out[f"l{k}_norm_bias"] = ((fan_out,), float_dtype)
-            if spec.is_static:
-                out[f"l{k}_norm_scale"] = ((1,), torch.float32)
-                out[f"l{k}_norm_zero_point"] = ((1,), torch.int32)
-        return out
+
+def _check_norm(norm: nn.LayerNorm, features: int, index: int) -> None:
+    if tuple(norm.normalized_shape) != (features,) or not norm.elementwise_affine or norm.bias is None:
+        raise ConfigError(
+            f"trunk[{index}] is a LayerNorm that quantization does not support: it must normalize the "
+            f"last {features} features with a weight and a bias, got {norm}"
+        )

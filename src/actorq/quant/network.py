@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 from collections.abc import Sequence
 
 import torch
@@ -30,9 +31,8 @@ from torch import nn
 
 from actorq.envs import EnvSpec
 from actorq.errors import ConfigError
-from actorq.quant.layout import TrunkLayout
-from actorq.quant.quantize import Payload, quantize
-from actorq.quant.runtime import build_trunk
+from actorq.quant.layout import Payload, TrunkLayout
+from actorq.quant.quantize import quantize
 from actorq.quant.spec import QuantSpec
 
 # Versions come from one counter per process, so a payload loaded into any network of the
@@ -46,11 +46,13 @@ class QuantizedNetwork(nn.Module):
     """``obs -> head(trunk(obs))`` with the trunk at the precision of ``quant``.
 
     Args:
-        sizes: trunk widths ``(obs_dim, *hidden, out_dim)``.
+        sizes: trunk widths ``(obs_dim, *hidden, out_dim)`` of an :func:`actorq.networks.mlp`
+            trunk, or any :class:`~actorq.quant.layout.TrunkLayout`.
         quant: the precision (``bits="auto"`` must be resolved first).
         head: the fp32 output module (e.g. :class:`actorq.networks.TanhScale`); identity if
             ``None``.
-        layer_norm: whether the trunk has a ``LayerNorm`` after every hidden ``Linear``.
+        layer_norm: with ``sizes``: whether the trunk has a ``LayerNorm`` after every hidden
+            ``Linear``.
 
     Attributes:
         version: int64 buffer, bumped by :meth:`load_payload`; workers rebuild when it changes.
@@ -58,21 +60,23 @@ class QuantizedNetwork(nn.Module):
 
     def __init__(
         self,
-        sizes: Sequence[int],
+        sizes: Sequence[int] | TrunkLayout,
         quant: QuantSpec,
         head: nn.Module | None = None,
         layer_norm: bool = False,
     ):
         super().__init__()
-        self.layout = TrunkLayout(tuple(sizes), layer_norm)
+        self.layout = sizes if isinstance(sizes, TrunkLayout) else TrunkLayout(tuple(sizes), layer_norm)
         self.quant = quant
+        self.codec = quant.codec  # raises for an unresolved bits=auto
+        self.codec.check_layout(self.layout)
         self.head = head if head is not None else nn.Identity()
         # A sequence lock around the payload: TorchRL copies buffers in registration order,
         # so a push writes version_begin, then the payload, then version. A worker that
         # reads version before building and the same value in version_begin after it knows
         # no push touched the payload in between (see _build).
         self.register_buffer("version_begin", torch.zeros((), dtype=torch.int64))
-        for name, (shape, dtype) in self.layout.payload_spec(quant).items():
+        for name, (shape, dtype) in self.codec.payload_spec(self.layout, quant).items():
             self.register_buffer(name, _placeholder(name, shape, dtype))
         self.register_buffer("version", torch.zeros((), dtype=torch.int64))
         self._forget_trunk()
@@ -98,8 +102,7 @@ class QuantizedNetwork(nn.Module):
     def template_for(cls, network: nn.Module, quant: QuantSpec) -> QuantizedNetwork:
         """A template shaped like an fp32 policy (``trunk`` + ``head``, head copied), with an
         all-zero payload. Works for any head, e.g. SAC's squashed Gaussian."""
-        layout = TrunkLayout.from_trunk(network.trunk)
-        return cls(layout.sizes, quant, head=copy.deepcopy(network.head), layer_norm=layout.layer_norm)
+        return cls(TrunkLayout.from_trunk(network.trunk), quant, head=copy.deepcopy(network.head))
 
     @classmethod
     def from_network(
@@ -112,15 +115,16 @@ class QuantizedNetwork(nn.Module):
 
     def payload(self) -> Payload:
         """The current payload (the buffers themselves, not copies)."""
-        return {name: getattr(self, name) for name in self.layout.payload_spec(self.quant)}
+        return {name: getattr(self, name) for name in self.codec.payload_spec(self.layout, self.quant)}
 
     def load_payload(self, payload: Payload) -> None:
         """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``.
 
         After this, ``pool.push(policy)`` with the policy that holds this network carries the
-        payload to every actor.
+        payload to every actor. The buffers may be the very memory workers read, so the write
+        follows the sequence lock: ``version_begin`` first, then the payload, then ``version``.
         """
-        expected = self.layout.payload_spec(self.quant)
+        expected = self.codec.payload_spec(self.layout, self.quant)
         if set(payload) != set(expected):
             missing, extra = sorted(set(expected) - set(payload)), sorted(set(payload) - set(expected))
             raise ConfigError(
@@ -134,9 +138,10 @@ class QuantizedNetwork(nn.Module):
                     f"payload tensor {name} is {value.dtype}{list(value.shape)}, "
                     f"expected {dtype}{list(shape)}"
                 )
-            getattr(self, name).copy_(value)
         version = next(_next_version)
-        self.version_begin.fill_(version)
+        self.version_begin.fill_(version)  # readers that snapshot from now on retry
+        for name in expected:
+            getattr(self, name).copy_(payload[name])
         self.version.fill_(version)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
@@ -170,7 +175,7 @@ class QuantizedNetwork(nn.Module):
         return self._trunk
 
     def _build(self) -> None:
-        while True:  # retry while a push is (or was) rewriting the payload under us
+        for attempt in itertools.count():  # retry while a push is (or was) rewriting the payload
             version = int(self.version)
             # A snapshot, not the buffers: built modules may keep references to the tensors
             # they are given (fbgemm keeps the bias), and the next push rewrites the buffers
@@ -178,7 +183,9 @@ class QuantizedNetwork(nn.Module):
             snapshot = {name: tensor.clone() for name, tensor in self.payload().items()}
             if int(self.version_begin) == version:
                 break
-        trunk = build_trunk(self.layout, self.quant, snapshot)
+            if attempt >= 3:
+                time.sleep(0.0005)  # a push is under way: let the writer finish
+        trunk = self.codec.decode(self.layout, self.quant, snapshot)
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
         # sync anyway, and the synced structure must not depend on what was built.
         object.__setattr__(self, "_trunk", trunk)
@@ -195,7 +202,9 @@ class QuantizedNetwork(nn.Module):
         return state
 
     def extra_repr(self) -> str:
-        return f"{self.quant.describe()}, sizes={self.layout.sizes}, layer_norm={self.layout.layer_norm}"
+        activations = [layer.activation for layer in self.layout.layers]
+        norms = [layer.norm for layer in self.layout.layers]
+        return f"{self.quant.describe()}, sizes={self.layout.sizes}, norms={norms}, activations={activations}"
 
 
 def _placeholder(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -1,5 +1,9 @@
 """What precision the actors run at: :class:`QuantSpec`, validated when it is built.
 
+The allowed ``bits`` and ``mode`` values come from the codec registry
+(:mod:`actorq.quant.codecs`), the allowed ``calibration`` observers from
+``_ao.CALIBRATION_OBSERVERS``; the spec's codec formats and describes it.
+
 Example:
     >>> QuantSpec(bits=8, mode="dynamic").describe()
     'int8 dynamic per_channel'
@@ -14,15 +18,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from typing import TYPE_CHECKING
+
 from actorq.errors import ConfigError
+from actorq.quant import _ao, codecs
+
+if TYPE_CHECKING:
+    from actorq.quant.codecs import Codec
 
 AUTO = "auto"
-FLOAT_BITS = (32, 16)
-SIMULATED_BITS = tuple(range(2, 8))
-ALLOWED_BITS = (32, 16, 8, *SIMULATED_BITS)
-MODES = ("static", "dynamic")
 OBSERVERS = ("learned", "fixed")
-CALIBRATIONS = ("minmax", "moving_average", "histogram")
 GRANULARITIES = ("per_tensor", "per_channel")
 
 
@@ -50,6 +55,9 @@ class QuantSpec:
         calibration_samples: how many recent observations a broadcast calibrates on.
         auto_tolerance: ``bits="auto"`` keeps only candidates whose action error
             (:func:`actorq.quant.action_error`) is at most this.
+        format: a codec's name (:mod:`actorq.quant.codecs`), to pick one that ``bits`` and
+            ``mode`` alone do not (a codec registered with ``implicit = False``); ``None``:
+            the codec serving ``bits`` and ``mode``.
     """
 
     bits: int | str = 8
@@ -61,21 +69,21 @@ class QuantSpec:
     activation_max: float = 20.0
     calibration_samples: int = 512
     auto_tolerance: float = 0.05
+    format: str | None = None
 
     def __post_init__(self) -> None:
         # Hydra hands over lists as ListConfig; keep the dataclass hashable and picklable.
         object.__setattr__(self, "input_range", _pair(self.input_range))
-        _check_bits(self.bits)
-        _check_choice("mode", self.mode, MODES)
+        if self.bits == AUTO and self.format is not None:
+            raise ConfigError(f"quant.bits=auto picks a format itself; drop quant.format={self.format}")
+        if self.bits != AUTO and self.format is None:
+            codecs.check_bits(self.bits)
+        _check_choice("mode", self.mode, codecs.modes())
         _check_choice("observer", self.observer, OBSERVERS)
-        _check_choice("calibration", self.calibration, CALIBRATIONS)
+        _check_choice("calibration", self.calibration, tuple(_ao.CALIBRATION_OBSERVERS))
         _check_choice("granularity", self.granularity, GRANULARITIES)
-        if self.bits in SIMULATED_BITS and self.mode != "dynamic":
-            raise ConfigError(
-                f"quant.bits={self.bits} is simulated weight-only quantization and needs "
-                "quant.mode=dynamic; quant.mode=static (calibrated activations, real int8 "
-                "kernels) needs quant.bits=8"
-            )
+        if self.bits != AUTO:
+            codecs.select(self)  # a codec serves these bits, mode and format
         low, high = self.input_range
         if not low < high:
             raise ConfigError(
@@ -91,14 +99,23 @@ class QuantSpec:
         return self.bits == AUTO
 
     @property
+    def codec(self) -> Codec:
+        """The codec that runs this spec (see :mod:`actorq.quant.codecs`).
+
+        Looked up in the registry on each call (a few microseconds), not stored: the spec's
+        ``__dict__`` stays its fields, which callers splat into ``QuantSpec(**...)``.
+        """
+        return codecs.select(self)
+
+    @property
     def is_int8(self) -> bool:
         """Real int8 kernels (torch.ao quantized modules) run in the actors."""
-        return self.bits == 8
+        return not self.is_auto and self.codec.int8_kernels
 
     @property
     def is_static(self) -> bool:
         """Activations are quantized with calibrated ranges, so a broadcast needs them."""
-        return self.bits == 8 and self.mode == "static"
+        return not self.is_auto and self.codec.calibrated
 
     @property
     def needs_calibration(self) -> bool:
@@ -106,20 +123,14 @@ class QuantSpec:
         return self.is_static and self.observer == "learned"
 
     def describe(self) -> str:
-        """A short human-readable name, e.g. ``"int8 static per_channel"``."""
-        if self.bits == 32:
-            return "fp32"
-        if self.bits == 16:
-            return "bf16"
-        if self.bits == AUTO:
+        """A short human-readable name, e.g. ``"int8 static per_channel"`` (the codec's)."""
+        if self.is_auto:
             return "auto"
-        if self.bits == 8:
-            return f"int8 {self.mode} {self.granularity}"
-        return f"{self.bits}-bit simulated {self.granularity}"
+        return self.codec.describe(self)
 
     def with_bits(self, bits: int | str, mode: str | None = None) -> QuantSpec:
-        """A copy with other ``bits`` (and ``mode``), everything else unchanged."""
-        return replace(self, bits=bits, mode=mode or self.mode)
+        """A copy with other ``bits`` (and ``mode``) and no ``format``, everything else unchanged."""
+        return replace(self, bits=bits, mode=mode or self.mode, format=None)
 
 
 def _pair(values: Sequence[float]) -> tuple[float, float]:
@@ -127,14 +138,6 @@ def _pair(values: Sequence[float]) -> tuple[float, float]:
     if len(pair) != 2:
         raise ConfigError(f"quant.input_range must be [low, high], got {list(values)}")
     return pair  # type: ignore[return-value]
-
-
-def _check_bits(bits: object) -> None:
-    if bits == AUTO or (isinstance(bits, int) and not isinstance(bits, bool) and bits in ALLOWED_BITS):
-        return
-    raise ConfigError(
-        f"quant.bits must be 32 (fp32), 16 (bf16), 8 (int8), 2..7 (simulated) or 'auto', got {bits!r}"
-    )
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

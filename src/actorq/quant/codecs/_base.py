@@ -1,0 +1,170 @@
+"""The :class:`Codec` interface and the registry that finds the codec for a ``QuantSpec``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+import torch
+from torch import nn
+
+from actorq.errors import ConfigError
+from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
+
+if TYPE_CHECKING:
+    from actorq.quant.spec import QuantSpec
+
+AUTO = "auto"
+
+
+class Codec:
+    """One precision format: how a trunk becomes a payload of plain tensors, and back.
+
+    Subclass it, set the class attributes, implement :meth:`describe`, :meth:`payload_spec`,
+    :meth:`encode` and :meth:`decode`, and decorate the class with :func:`register`.
+
+    Attributes:
+        name: the format's name (``QuantSpec(format=name)`` selects it explicitly).
+        bits: the ``quant.bits`` values it serves (``()``: any, bits are then not checked).
+        modes: the ``quant.mode`` values it serves (``()``: any, the mode is ignored).
+        bits_help: how ``quant.bits``'s error message lists it, e.g. ``"16 (bf16)"``.
+        implicit: chosen by ``bits``/``mode`` alone (no two implicit codecs may serve the
+            same ones); ``False``: only by ``QuantSpec(format=name)``.
+        int8_kernels: actors run real int8 kernels (``QuantSpec.is_int8``).
+        calibrated: activation ranges are calibrated at every broadcast (``QuantSpec.is_static``).
+    """
+
+    name: ClassVar[str]
+    bits: ClassVar[tuple[int, ...]] = ()
+    modes: ClassVar[tuple[str, ...]] = ()
+    bits_help: ClassVar[str | None] = None
+    implicit: ClassVar[bool] = True
+    int8_kernels: ClassVar[bool] = False
+    calibrated: ClassVar[bool] = False
+
+    def serves(self, spec: QuantSpec) -> bool:
+        """Whether this codec runs ``spec`` (its bits and mode)."""
+        return (not self.bits or spec.bits in self.bits) and (not self.modes or spec.mode in self.modes)
+
+    def refusal(self, spec: QuantSpec) -> str:
+        """The one-line ``ConfigError`` message when ``spec`` names this codec's bits but not its mode."""
+        return f"quant.bits={spec.bits} ({self.name}) needs quant.mode={' or '.join(self.modes)}, got {spec.mode}"
+
+    def check_layout(self, layout: TrunkLayout) -> None:
+        """Raises ``ConfigError`` naming the module if this format cannot run ``layout``."""
+
+    def describe(self, spec: QuantSpec) -> str:
+        """A short human-readable name, e.g. ``"int8 static per_channel"``."""
+        return self.name
+
+    def payload_spec(self, layout: TrunkLayout, spec: QuantSpec) -> PayloadSpec:
+        """Names, shapes and dtypes of every payload tensor."""
+        raise NotImplementedError
+
+    def encode(
+        self, trunk: nn.Sequential, layout: TrunkLayout, spec: QuantSpec, calibration: torch.Tensor | None
+    ) -> Payload:
+        """Learner side: an fp32 trunk (+ calibration observations) -> a payload (detached copies)."""
+        raise NotImplementedError
+
+    def decode(self, layout: TrunkLayout, spec: QuantSpec, payload: Payload) -> nn.Sequential:
+        """Worker side: a payload -> the runnable trunk (fp32 in, fp32 out)."""
+        raise NotImplementedError
+
+    def reference(
+        self, trunk: nn.Sequential, spec: QuantSpec, calibration: torch.Tensor | None
+    ) -> nn.Module | None:
+        """The backend's own converted trunk, if there is one (int8: torch.ao), else None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<codec {self.name}>"
+
+
+_REGISTRY: dict[str, Codec] = {}
+C = TypeVar("C", bound=type[Codec])
+
+
+def register(cls: C) -> C:
+    """Class decorator: adds a codec to the registry (undo with :func:`unregister`)."""
+    codec = cls()
+    if codec.name in _REGISTRY:
+        raise ValueError(f"a codec named {codec.name!r} is already registered")
+    if codec.implicit:
+        if not codec.bits:
+            raise ValueError(f"codec {codec.name}: an implicit codec must list the bits it serves")
+        for other in _REGISTRY.values():
+            if other.implicit and _overlap(codec, other):
+                raise ValueError(
+                    f"codec {codec.name} serves the same quant.bits/mode as {other.name}; set "
+                    "implicit = False and select it with QuantSpec(format=...)"
+                )
+    _REGISTRY[codec.name] = codec
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Removes a codec registered with :func:`register`."""
+    del _REGISTRY[name]
+
+
+def registered() -> tuple[Codec, ...]:
+    """Every codec, in registration order."""
+    return tuple(_REGISTRY.values())
+
+
+def codec_for(spec: QuantSpec) -> Codec:
+    """The codec that runs ``spec`` (``bits="auto"`` must be resolved first)."""
+    return spec.codec
+
+
+def select(spec: QuantSpec) -> Codec:
+    """Finds the codec for a spec's ``format`` or ``bits``/``mode``; ``ConfigError`` if none."""
+    if spec.bits == AUTO:
+        raise ConfigError("quant.bits=auto must be resolved with actorq.quant.select_precision first")
+    if spec.format is not None:
+        codec = _REGISTRY.get(spec.format)
+        if codec is None:
+            raise ConfigError(f"quant.format must be one of {', '.join(_REGISTRY)}; got {spec.format!r}")
+        if codec.bits and spec.bits not in codec.bits:
+            raise ConfigError(
+                f"quant.format={codec.name} serves quant.bits={'/'.join(map(str, codec.bits))}, got {spec.bits!r}"
+            )
+        if not codec.serves(spec):
+            raise ConfigError(codec.refusal(spec))
+        return codec
+    check_bits(spec.bits)
+    implicit = [codec for codec in _REGISTRY.values() if codec.implicit]
+    for codec in implicit:
+        if codec.serves(spec):
+            return codec
+    raise ConfigError(next(codec for codec in implicit if spec.bits in codec.bits).refusal(spec))
+
+
+def check_bits(bits: object) -> None:
+    """``ConfigError`` unless some codec serves ``bits`` without being named by ``format``."""
+    if bits == AUTO:
+        return
+    if not _is_int(bits) or not any(bits in codec.bits for codec in _REGISTRY.values() if codec.implicit):
+        raise ConfigError(f"quant.bits must be {bits_help()} or 'auto', got {bits!r}")
+
+
+def bits_help() -> str:
+    """``"32 (fp32), 16 (bf16), 8 (int8), 2..7 (simulated)"``: widest first."""
+    entries = sorted(
+        ((max(codec.bits), codec.bits_help) for codec in _REGISTRY.values() if codec.implicit and codec.bits_help),
+        key=lambda entry: -entry[0],
+    )
+    return ", ".join(dict.fromkeys(text for _, text in entries))
+
+
+def modes() -> tuple[str, ...]:
+    """Every ``quant.mode`` some codec serves, in registration order."""
+    return tuple(dict.fromkeys(mode for codec in _REGISTRY.values() for mode in codec.modes))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _overlap(a: Codec, b: Codec) -> bool:
+    return bool(set(a.bits) & set(b.bits)) and (not a.modes or not b.modes or bool(set(a.modes) & set(b.modes)))

@@ -1,0 +1,123 @@
+"""Building blocks codecs share: payload specs, fp32 parameters out, plain modules back in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from actorq.quant.layout import ACTIVATIONS, Payload, PayloadSpec, TrunkLayout
+
+FLOAT32 = torch.float32
+
+
+def prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> Payload:
+    """``{"weight": w}`` -> ``{prefix + "weight": w}``."""
+    return {prefix + name: value for name, value in tensors.items()}
+
+
+def float_payload_spec(layout: TrunkLayout, dtype: torch.dtype) -> PayloadSpec:
+    """Every weight, bias and norm parameter at ``dtype``."""
+    out: PayloadSpec = {}
+    for k, layer in enumerate(layout.layers):
+        out[f"l{k}_weight"] = ((layer.out_features, layer.in_features), dtype)
+        out[f"l{k}_bias"] = ((layer.out_features,), dtype)
+        if layer.norm:
+            out.update(norm_payload_spec(layout, k, dtype))
+    return out
+
+
+def norm_payload_spec(layout: TrunkLayout, k: int, dtype: torch.dtype = FLOAT32) -> PayloadSpec:
+    features = layout.layers[k].out_features
+    return {f"l{k}_norm_weight": ((features,), dtype), f"l{k}_norm_bias": ((features,), dtype)}
+
+
+def codes_payload_spec(layout: TrunkLayout, k: int, per_channel: bool) -> PayloadSpec:
+    """Layer ``k``'s int8 weight codes, float32 scales, int32 zero points and float32 bias."""
+    layer = layout.layers[k]
+    channels = layer.out_features if per_channel else 1
+    return {
+        f"l{k}_weight": ((layer.out_features, layer.in_features), torch.int8),
+        f"l{k}_weight_scale": ((channels,), FLOAT32),
+        f"l{k}_weight_zero_point": ((channels,), torch.int32),
+        f"l{k}_bias": ((layer.out_features,), FLOAT32),
+    }
+
+
+def bias_of(linear: nn.Linear) -> torch.Tensor:
+    """The bias, or zeros for a ``Linear(bias=False)``."""
+    if linear.bias is None:
+        return torch.zeros(linear.out_features)
+    return linear.bias.detach()
+
+
+def norm_params(norm: nn.LayerNorm, k: int, dtype: torch.dtype = FLOAT32) -> Payload:
+    return {
+        f"l{k}_norm_weight": norm.weight.detach().to(dtype, copy=True),
+        f"l{k}_norm_bias": norm.bias.detach().to(dtype, copy=True),
+    }
+
+
+def float_payload(trunk: nn.Sequential, layout: TrunkLayout, dtype: torch.dtype) -> Payload:
+    """Every weight, bias and norm parameter of an fp32 trunk, copied at ``dtype``."""
+    payload: Payload = {}
+    for k, layer in enumerate(layout.layers):
+        linear = layout.linear(trunk, k)
+        payload[f"l{k}_weight"] = linear.weight.detach().to(dtype, copy=True)
+        payload[f"l{k}_bias"] = bias_of(linear).to(dtype, copy=True)
+        if layer.norm:
+            payload.update(norm_params(layout.norm(trunk, k), k, dtype))
+    return payload
+
+
+def plain_linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    """An ``nn.Linear`` whose parameters ARE these tensors (no copy)."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], device="meta", dtype=weight.dtype)
+    linear.weight = nn.Parameter(weight, requires_grad=False)
+    linear.bias = nn.Parameter(bias, requires_grad=False)
+    return linear
+
+
+def plain_norm(layout: TrunkLayout, payload: Payload, k: int) -> nn.LayerNorm:
+    weight = payload[f"l{k}_norm_weight"]
+    norm = nn.LayerNorm(weight.shape[0], eps=layout.layers[k].norm_eps, device="meta", dtype=weight.dtype)
+    norm.weight = nn.Parameter(weight, requires_grad=False)
+    norm.bias = nn.Parameter(payload[f"l{k}_norm_bias"], requires_grad=False)
+    return norm
+
+
+def assemble(layout: TrunkLayout, payload: Payload, linear: Callable[[int], nn.Module]) -> nn.Sequential:
+    """``linear(k) -> [LayerNorm from the payload] -> [activation]`` for every layer."""
+    modules: list[nn.Module] = []
+    for k, layer in enumerate(layout.layers):
+        modules.append(linear(k))
+        if layer.norm:
+            modules.append(plain_norm(layout, payload, k))
+        if layer.activation is not None:
+            modules.append(ACTIVATIONS[layer.activation]())
+    return nn.Sequential(*modules)
+
+
+def plain_trunk(layout: TrunkLayout, payload: Payload, weights: list[torch.Tensor] | None = None) -> nn.Sequential:
+    """``nn.Linear``/``LayerNorm``/activations over the payload's tensors (shared, not copied);
+    ``weights`` replaces the payload's ``l{k}_weight`` (e.g. dequantized codes)."""
+    if weights is None:
+        weights = [payload[f"l{k}_weight"] for k in range(layout.num_layers)]
+    return assemble(layout, payload, lambda k: plain_linear(weights[k], payload[f"l{k}_bias"]))
+
+
+def codes(payload: Payload, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Layer ``k``'s ``(int8 codes, scale, zero point, bias)``."""
+    return (
+        payload[f"l{k}_weight"],
+        payload[f"l{k}_weight_scale"],
+        payload[f"l{k}_weight_zero_point"],
+        payload[f"l{k}_bias"],
+    )
+
+
+def dequantize_codes(payload: Payload, k: int) -> torch.Tensor:
+    """Layer ``k``'s fp32 weight from its codes: ``(codes - zero_point) * scale`` per row."""
+    weight, scale, zero_point, _ = codes(payload, k)
+    return (weight.float() - zero_point.float()[:, None]) * scale.float()[:, None]

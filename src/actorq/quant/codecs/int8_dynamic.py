@@ -1,0 +1,49 @@
+"""``quant.bits=8, mode=dynamic``: int8 weights, activations quantized per batch (torch.ao)."""
+
+from __future__ import annotations
+
+from actorq.quant import _ao
+from actorq.quant.codecs._base import Codec, register
+from actorq.quant.codecs._parts import (
+    assemble,
+    codes,
+    codes_payload_spec,
+    norm_params,
+    norm_payload_spec,
+    prefixed,
+)
+
+
+@register
+class Int8Dynamic(Codec):
+    name = "int8_dynamic"
+    bits = (8,)
+    modes = ("dynamic",)
+    bits_help = "8 (int8)"
+    int8_kernels = True
+
+    def describe(self, spec):
+        return f"int8 dynamic {spec.granularity}"
+
+    def payload_spec(self, layout, spec):
+        out = {}
+        for k, layer in enumerate(layout.layers):
+            out.update(codes_payload_spec(layout, k, spec.granularity == "per_channel"))
+            if layer.norm:
+                out.update(norm_payload_spec(layout, k))
+        return out
+
+    def encode(self, trunk, layout, spec, calibration):
+        converted = _ao.convert_dynamic(trunk, spec)
+        payload = {}
+        for k, (linear, _) in enumerate(_ao.quantized_layers(converted)):
+            payload.update(prefixed(f"l{k}_", _ao.linear_codes(linear)))
+            if layout.layers[k].norm:  # LayerNorm stays fp32 in a dynamic trunk
+                payload.update(norm_params(layout.norm(trunk, k), k))
+        return payload
+
+    def decode(self, layout, spec, payload):
+        return assemble(layout, payload, lambda k: _ao.dynamic_linear(*codes(payload, k)))
+
+    def reference(self, trunk, spec, calibration):
+        return _ao.convert_dynamic(trunk, spec)

@@ -1,0 +1,85 @@
+"""``quant.bits=8, mode=static``: every layer in int8, activation ranges calibrated (torch.ao).
+
+Runs ``Linear -> [LayerNorm] -> [ReLU]`` blocks: a ReLU right after a Linear is fused into it,
+a ReLU after a LayerNorm runs on the quantized tensor. Other activations have no int8 kernel
+here and are refused.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from actorq.errors import ConfigError
+from actorq.quant import _ao
+from actorq.quant.codecs._base import Codec, register
+from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
+from actorq.quant.layout import ACTIVATIONS
+
+QPARAMS = {"scale": ((1,), torch.float32), "zero_point": ((1,), torch.int32)}
+
+
+@register
+class Int8Static(Codec):
+    name = "int8_static"
+    bits = (8,)
+    modes = ("static",)
+    bits_help = "8 (int8)"
+    int8_kernels = True
+    calibrated = True
+
+    def describe(self, spec):
+        return f"int8 static {spec.granularity}"
+
+    def check_layout(self, layout):
+        for k, layer in enumerate(layout.layers):
+            if layer.activation not in (None, "relu"):
+                index = layout.module_index(k) + 1 + layer.norm
+                raise ConfigError(
+                    f"quant.mode=static runs Linear -> [LayerNorm] -> [ReLU] blocks only; trunk[{index}] is "
+                    f"{ACTIVATIONS[layer.activation].__name__}: use quant.mode=dynamic, quant.bits=16 or 32"
+                )
+
+    def payload_spec(self, layout, spec):
+        self.check_layout(layout)
+        out = prefixed("input_", QPARAMS)
+        for k, layer in enumerate(layout.layers):
+            out.update(codes_payload_spec(layout, k, spec.granularity == "per_channel"))
+            out.update(prefixed(f"l{k}_", QPARAMS))
+            if layer.norm:
+                out.update(norm_payload_spec(layout, k))
+                out.update(prefixed(f"l{k}_norm_", QPARAMS))
+        return out
+
+    def encode(self, trunk, layout, spec, calibration):
+        self.check_layout(layout)
+        converted = _ao.convert_static(trunk, calibration, spec)
+        payload = prefixed("input_", _ao.input_qparams(converted))
+        for k, (linear, norm) in enumerate(_ao.quantized_layers(converted)):
+            payload.update(prefixed(f"l{k}_", {**_ao.linear_codes(linear), **_ao.output_qparams(linear)}))
+            if norm is not None:
+                norm_tensors = {**_ao.layer_norm_params(norm), **_ao.output_qparams(norm)}
+                payload.update(prefixed(f"l{k}_norm_", norm_tensors))
+        return payload
+
+    def decode(self, layout, spec, payload):
+        input_qparams = float(payload["input_scale"]), int(payload["input_zero_point"])
+        modules: list[nn.Module] = [_ao.quantize_input(*input_qparams)]
+        for k, layer in enumerate(layout.layers):
+            fused_relu = layer.activation == "relu" and not layer.norm
+            out_qparams = float(payload[f"l{k}_scale"]), int(payload[f"l{k}_zero_point"])
+            modules.append(_ao.static_linear(*codes(payload, k), *out_qparams, relu=fused_relu))
+            if layer.norm:
+                modules.append(
+                    _ao.static_layer_norm(
+                        payload[f"l{k}_norm_weight"], payload[f"l{k}_norm_bias"], layer.norm_eps,
+                        float(payload[f"l{k}_norm_scale"]), int(payload[f"l{k}_norm_zero_point"]),
+                    )
+                )
+                if layer.activation == "relu":
+                    modules.append(nn.ReLU())
+        modules.append(_ao.dequantize())
+        return nn.Sequential(*modules)
+
+    def reference(self, trunk, spec, calibration):
+        return _ao.convert_static(trunk, calibration, spec)
