@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from abc import abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,7 +51,7 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_layer_norm: bool = False,
         critic_out_dim: int = 1,
         critic_lr: float = 1e-3,
-        **kwargs,
+        **kwargs: Any,
     ):
         super().__init__(spec, exploration, **kwargs)
         self.actor = self.make_actor(spec, actor_hidden)
