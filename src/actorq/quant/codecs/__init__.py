@@ -50,6 +50,7 @@ from actorq.quant.codecs._parts import (
     plain_norm,
     plain_trunk,
     prefixed,
+    weight_codes_payload_spec,
 )
 from actorq.quant.layout import Payload, PayloadSpec
 
@@ -84,4 +85,5 @@ __all__ = [
     "registered",
     "select",
     "unregister",
+    "weight_codes_payload_spec",
 ]

@@ -45,6 +45,16 @@ def codes_payload_spec(layout: TrunkLayout, k: int, per_channel: bool) -> Payloa
     }
 
 
+def weight_codes_payload_spec(layout: TrunkLayout, per_channel: bool) -> PayloadSpec:
+    """Int8 weight codes (with scales and zero points), fp32 biases and norms, every layer."""
+    out: PayloadSpec = {}
+    for k, layer in enumerate(layout.layers):
+        out.update(codes_payload_spec(layout, k, per_channel))
+        if layer.norm:
+            out.update(norm_payload_spec(layout, k))
+    return out
+
+
 def bias_of(linear: nn.Linear) -> torch.Tensor:
     """The bias, or zeros for a ``Linear(bias=False)``."""
     if linear.bias is None:

@@ -7,10 +7,9 @@ from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import (
     assemble,
     codes,
-    codes_payload_spec,
     norm_params,
-    norm_payload_spec,
     prefixed,
+    weight_codes_payload_spec,
 )
 
 
@@ -26,12 +25,7 @@ class Int8Dynamic(Codec):
         return f"int8 dynamic {spec.granularity}"
 
     def payload_spec(self, layout, spec):
-        out = {}
-        for k, layer in enumerate(layout.layers):
-            out.update(codes_payload_spec(layout, k, spec.granularity == "per_channel"))
-            if layer.norm:
-                out.update(norm_payload_spec(layout, k))
-        return out
+        return weight_codes_payload_spec(layout, spec.granularity == "per_channel")
 
     def encode(self, trunk, layout, spec, calibration):
         converted = _ao.convert_dynamic(trunk, spec)

@@ -9,11 +9,10 @@ from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import (
     bias_of,
-    codes_payload_spec,
     dequantize_codes,
     norm_params,
-    norm_payload_spec,
     plain_trunk,
+    weight_codes_payload_spec,
 )
 
 
@@ -34,12 +33,7 @@ class Simulated(Codec):
         return f"{spec.bits}-bit simulated {spec.granularity}"
 
     def payload_spec(self, layout, spec):
-        out = {}
-        for k, layer in enumerate(layout.layers):
-            out.update(codes_payload_spec(layout, k, spec.granularity == "per_channel"))
-            if layer.norm:
-                out.update(norm_payload_spec(layout, k))
-        return out
+        return weight_codes_payload_spec(layout, spec.granularity == "per_channel")
 
     def encode(self, trunk, layout, spec, calibration):
         """Symmetric ``spec.bits``-bit codes of every weight; biases and norms stay fp32."""
