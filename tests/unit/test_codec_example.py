@@ -16,7 +16,8 @@ import torch
 from actorq.envs import EnvSpec
 from actorq.errors import ConfigError
 from actorq.networks import DeterministicActor
-from actorq.quant import QuantizedNetwork, QuantSpec, action_error, export, fp32_nbytes, payload_nbytes, quantize
+from actorq.export import export
+from actorq.quant import QuantizedNetwork, QuantSpec, action_error, fp32_nbytes, payload_nbytes, quantize
 from actorq.quant.codecs import Codec, float_payload, float_payload_spec, plain_trunk, register, registered, unregister
 
 

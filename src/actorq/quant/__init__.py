@@ -23,7 +23,6 @@ import torch  # noqa: F401  (the example above uses it)
 
 from actorq.quant.codecs import Codec, codec_for
 from actorq.quant.auto import PrecisionChoice, choose, resolve_precision, select_precision
-from actorq.quant.export import export
 from actorq.quant.fidelity import action_agreement, action_error, fidelity_metrics, fp32_nbytes, weight_error
 from actorq.quant.layout import LayerLayout, TrunkLayout
 from actorq.quant.network import QuantizedNetwork
@@ -45,7 +44,6 @@ __all__ = [
     "choose",
     "codec_for",
     "dequantized_weights",
-    "export",
     "fidelity_metrics",
     "fp32_nbytes",
     "payload_nbytes",
