@@ -1,7 +1,5 @@
 """Each learner's update on random data: named loss terms, targets by the paper's formula."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -9,6 +7,7 @@ from actorq.algos.base import Exploration, soft_update
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
+from actorq.replay.uniform import UniformReplay
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer, fit_fixed_batch, random_sample
 
 
@@ -107,3 +106,17 @@ def test_learning_rates_fall_linearly_to_their_final_fraction(final_lr_fraction)
 def test_final_lr_fraction_outside_zero_one_is_refused():
     with pytest.raises(ValueError, match="final_lr_fraction"):
         DQN(DISCRETE, Exploration(0.1), final_lr_fraction=1.5)
+
+
+def test_logged_terms_are_means_over_the_updates_of_a_batch():
+    learner = DQN(DISCRETE, Exploration(0.1), hidden=(8,), learning_starts=0, batch_size=4, update_to_data=1.0)
+    attach_trainer(learner)
+    replay = UniformReplay(100)
+    replay.extend(random_sample(DISCRETE, size=16).batch)
+    learner.trainer.datamodule.replay = replay
+    terms = iter(range(1, 100))
+    learner.update = lambda sample: {"loss_value": torch.tensor(float(next(terms)))}
+    learner.frames = 4
+    metrics = learner._learn(new_frames=4)  # four updates: terms 1, 2, 3, 4
+    assert learner.learner_steps == 4
+    assert float(metrics["loss_value"]) == 2.5
