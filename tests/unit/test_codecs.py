@@ -124,7 +124,7 @@ def test_a_new_observer_is_one_table_entry(monkeypatch):
     payload = quantize(Policy(), spec, calibration=torch.randn(64, 5))
     # the trunk default, the input, 2 hidden LinearReLU: 7 bits; the last Linear: full 8 bits
     assert calls == [True, True, True, True, False]
-    assert set(payload) == set(TrunkLayout(sizes=(5, 16, 16, 2)).payload_spec(spec))
+    assert set(payload) == set(spec.codec.payload_spec(TrunkLayout(sizes=(5, 16, 16, 2)), spec))
 
 
 def test_a_spec_dict_is_its_fields_only():

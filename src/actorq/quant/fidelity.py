@@ -63,7 +63,8 @@ def weight_error(network: nn.Module, payload: Payload) -> float:
 
 def fp32_nbytes(network: nn.Module) -> int:
     """Bytes of the same trunk as an fp32 payload (the ``bits=32`` broadcast)."""
-    return TrunkLayout.from_trunk(network.trunk).payload_nbytes(QuantSpec(bits=32))
+    fp32 = QuantSpec(bits=32)
+    return fp32.codec.payload_nbytes(TrunkLayout.from_trunk(network.trunk), fp32)
 
 
 def fidelity_metrics(

@@ -16,25 +16,17 @@ Example:
     >>> mlp_trunk = nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, 1))
     >>> TrunkLayout(sizes=(3, 64, 1)) == TrunkLayout.from_trunk(mlp_trunk)
     True
-    >>> from actorq.quant import QuantSpec
-    >>> sorted(TrunkLayout(sizes=(3, 64, 1)).payload_spec(QuantSpec(bits=32)))
-    ['l0_bias', 'l0_weight', 'l1_bias', 'l1_weight']
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from actorq.errors import ConfigError
-
-if TYPE_CHECKING:
-    from actorq.quant.spec import QuantSpec
 
 # A payload: plain tensors named l{k}_..., and what a codec says it holds: name -> (shape, dtype).
 Payload = dict[str, torch.Tensor]
@@ -199,16 +191,6 @@ class TrunkLayout:
     def build_float_trunk(self) -> nn.Sequential:
         """An fp32 trunk of this shape (random weights)."""
         return nn.Sequential(*(m for layer in self.layers for m in layer.modules()))
-
-    def payload_spec(self, spec: QuantSpec) -> PayloadSpec:
-        """Names, shapes and dtypes of every tensor in a payload for ``spec`` (its codec says)."""
-        from actorq.quant.codecs import codec_for
-
-        return codec_for(spec).payload_spec(self, spec)
-
-    def payload_nbytes(self, spec: QuantSpec) -> int:
-        """Bytes of a payload for ``spec`` (what every broadcast copies to every actor)."""
-        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.payload_spec(spec).values())
 
 
 def _check_norm(norm: nn.LayerNorm, features: int, index: int) -> None:

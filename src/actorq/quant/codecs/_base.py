@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
@@ -59,6 +61,10 @@ class Codec:
     def payload_spec(self, layout: TrunkLayout, spec: QuantSpec) -> PayloadSpec:
         """Names, shapes and dtypes of every payload tensor."""
         raise NotImplementedError
+
+    def payload_nbytes(self, layout: TrunkLayout, spec: QuantSpec) -> int:
+        """Bytes of a payload for ``spec`` (what every broadcast copies to every actor)."""
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.payload_spec(layout, spec).values())
 
     def encode(
         self, trunk: nn.Sequential, layout: TrunkLayout, spec: QuantSpec, calibration: torch.Tensor | None
