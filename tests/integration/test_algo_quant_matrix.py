@@ -52,3 +52,15 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
     assert quant.bits != 32
     assert summary["final_return_quant"] is not None
     assert summary["actor_precision"] == quant.describe()
+
+
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_every_learner_runs_under_bf16_autocast(make_cfg, algo):
+    """``trainer.precision=bf16-mixed``: the learner's updates under bf16 autocast, with
+    prioritized replay (priorities come back from bf16 losses)."""
+    summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *SMALL, "replay=prioritized",
+                                      "trainer.precision=bf16-mixed"))
+    assert objects["trainer"].precision == "bf16-mixed"
+    assert summary["learner_steps"] > 0 and summary["final_return"] is not None
+    replay = objects["experience"].replay
+    assert replay.priorities.max_priority > 1.0  # |TD errors| came back

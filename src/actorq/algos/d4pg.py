@@ -94,14 +94,15 @@ class D4PG(DDPG):
         """The projected target distribution ``Phi(r + discount * Z_w'(s', pi_theta'(s')))``."""
         with torch.no_grad():
             next_action = self.target_action(batch["next_observation"])
-            next_probs = self.critics_target[0](batch["next_observation"], next_action).softmax(-1)
+            # float32 probabilities whatever the autocast precision (bf16-mixed learners)
+            next_probs = self.critics_target[0](batch["next_observation"], next_action).softmax(-1, dtype=torch.float32)
             return categorical_projection(self.atoms, next_probs, batch["reward"], batch["discount"])
 
     def critic_loss(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
         """Importance-weighted cross-entropy to the target, and the per-sample cross-entropy."""
         batch = sample.batch
         target = self.td_target(batch)
-        log_probs = F.log_softmax(self.critics[0](batch["observation"], batch["action"]), dim=-1)
+        log_probs = F.log_softmax(self.critics[0](batch["observation"], batch["action"]), dim=-1, dtype=torch.float32)
         cross_entropy = -(target * log_probs).sum(-1)
         return (sample.weights * cross_entropy).mean(), cross_entropy.detach()
 
