@@ -78,7 +78,8 @@ def test_width_1024_batch_16_picks_int8_and_its_own_network_is_really_faster():
     observations = torch.randn(256, SPEC.obs_dim)
     spec = QuantSpec(bits="auto")
     choice = select_precision(actor, spec, batch_size=16, observations=observations, iterations=60)
-    assert set(choice.timings_us) == set(candidate_specs(spec)) == {"fp32", "bf16", "int8_static", "int8_dynamic"}
+    assert set(choice.timings_us) == set(candidate_specs(spec))
+    assert {"fp32", "bf16", "int8_static", "int8_dynamic"} <= set(choice.timings_us)
     assert choice.name in ("int8_static", "int8_dynamic"), choice.timings_us
     # The returned spec is the candidate of the reported name, and its codec formats exactly that.
     assert choice.spec == candidate_specs(spec)[choice.name]

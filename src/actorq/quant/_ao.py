@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
@@ -261,6 +262,25 @@ def input_qparams(converted: nn.Module) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- worker side
+
+
+# The int8 kernel libraries torch was built with. Packed weights remember the engine they
+# were packed for and run its kernels whatever the process-wide setting is later.
+ENGINES = tuple(engine for engine in torch.backends.quantized.supported_engines if engine != "none")
+DEFAULT_ENGINE = "x86" if "x86" in ENGINES else (ENGINES[0] if ENGINES else "none")
+
+
+@contextmanager
+def packing_engine(engine: str) -> Iterator[None]:
+    """Packs the int8 weights of modules built in the block for ``engine``'s kernels
+    (``x86``/``fbgemm``: AVX2/AVX-512 VNNI; ``onednn``: also AMX int8 tiles), then restores
+    the process-wide engine."""
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = previous
 
 
 def quantized_weight(codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:

@@ -23,11 +23,12 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
+from actorq.quant import _ao
 from actorq.quant.fidelity import action_error
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.spec import QuantSpec
@@ -63,13 +64,15 @@ class PrecisionChoice:
 
 
 def candidate_specs(spec: QuantSpec) -> dict[str, QuantSpec]:
-    """The precisions ``auto`` compares, keeping ``spec``'s observer and granularity."""
-    return {
-        REFERENCE: spec.with_bits(32),
-        "bf16": spec.with_bits(16),
-        "int8_static": spec.with_bits(8, mode="static"),
-        "int8_dynamic": spec.with_bits(8, mode="dynamic"),
-    }
+    """The precisions ``auto`` compares, keeping ``spec``'s observer and granularity; int8
+    once per quantized engine worth trying here (the default one, and ``onednn``)."""
+    candidates = {REFERENCE: spec.with_bits(32), "bf16": spec.with_bits(16)}
+    engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
+    for engine in engines:
+        suffix = "" if engine == spec.engine else f"_{engine}"
+        for mode in ("static", "dynamic"):
+            candidates[f"int8_{mode}{suffix}"] = replace(spec.with_bits(8, mode=mode), engine=engine)
+    return candidates
 
 
 def choose(

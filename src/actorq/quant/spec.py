@@ -58,6 +58,11 @@ class QuantSpec:
         format: a codec's name (:mod:`actorq.quant.codecs`), to pick one that ``bits`` and
             ``mode`` alone do not (a codec registered with ``implicit = False``); ``None``:
             the codec serving ``bits`` and ``mode``.
+        engine: for ``bits=8``: the int8 kernel library the actors' weights are packed for
+            (``"x86"``, ``"fbgemm"``, ``"onednn"``, ``"qnnpack"``, as this torch build has
+            them); ``None``: torch's default (``x86`` on x86-64). Which is fastest depends on
+            the CPU and the batch (``onednn`` uses AMX int8 units where the CPU has them);
+            ``bits=auto`` measures it.
     """
 
     bits: int | str = 8
@@ -70,6 +75,7 @@ class QuantSpec:
     calibration_samples: int = 512
     auto_tolerance: float = 0.05
     format: str | None = None
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         # Hydra hands over lists as ListConfig; keep the dataclass hashable and picklable.
@@ -82,6 +88,8 @@ class QuantSpec:
         _check_choice("observer", self.observer, OBSERVERS)
         _check_choice("calibration", self.calibration, tuple(_ao.CALIBRATION_OBSERVERS))
         _check_choice("granularity", self.granularity, GRANULARITIES)
+        if self.engine is not None:
+            _check_choice("engine", self.engine, _ao.ENGINES)
         if self.bits != AUTO:
             codecs.select(self)  # a codec serves these bits, mode and format
         low, high = self.input_range

@@ -22,7 +22,8 @@ class Int8Dynamic(Codec):
     int8_kernels = True
 
     def describe(self, spec):
-        return f"int8 dynamic {spec.granularity}"
+        engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
+        return f"int8 dynamic {spec.granularity}{engine}"
 
     def payload_spec(self, layout, spec):
         return weight_codes_payload_spec(layout, spec.granularity == "per_channel")
@@ -37,6 +38,10 @@ class Int8Dynamic(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
+        with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
+            return self._decode(layout, spec, payload)
+
+    def _decode(self, layout, spec, payload):
         return assemble(layout, payload, lambda k: _ao.dynamic_linear(*codes(payload, k)))
 
     def reference(self, trunk, spec, calibration):

@@ -29,7 +29,8 @@ class Int8Static(Codec):
     calibrated = True
 
     def describe(self, spec):
-        return f"int8 static {spec.granularity}"
+        engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
+        return f"int8 static {spec.granularity}{engine}"
 
     def check_layout(self, layout):
         for k, layer in enumerate(layout.layers):
@@ -63,6 +64,10 @@ class Int8Static(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
+        with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
+            return self._decode(layout, spec, payload)
+
+    def _decode(self, layout, spec, payload):
         input_qparams = float(payload["input_scale"]), int(payload["input_zero_point"])
         modules: list[nn.Module] = [_ao.quantize_input(*input_qparams)]
         for k, layer in enumerate(layout.layers):
