@@ -25,11 +25,13 @@ from typing import Any
 import lightning as L
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import check_policy_network
 from actorq.callbacks.evaluation import Evaluation
+from actorq.checks import check_run_config
 from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
@@ -49,7 +51,7 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
         cause = error.__cause__
         if isinstance(cause, ConfigError):
             raise ConfigError(str(cause)) from cause
-        if isinstance(cause, (ValueError, TypeError)):
+        if isinstance(cause, (ValueError, TypeError, MisconfigurationException)):
             raise ConfigError(f"{target.rsplit('.', 1)[-1]}: {cause}") from cause
         raise
 
@@ -82,6 +84,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         The summary written to ``summary.json`` and the live objects (learner, experience,
         trainer, callbacks) for inspection.
     """
+    check_run_config(cfg)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = OmegaConf.to_container(cfg, resolve=True)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from actorq.algos.base import Exploration, OffPolicyLearner
+from actorq.algos.base import Exploration, OffPolicyLearner, check_positive
 from actorq.envs import EnvSpec
 from actorq.networks import Critic
 from actorq.replay.base import Sample
@@ -54,6 +54,7 @@ class ActorCriticLearner(OffPolicyLearner):
         **kwargs: Any,
     ):
         super().__init__(spec, exploration, **kwargs)
+        check_positive(actor_lr=actor_lr, critic_lr=critic_lr)
         self.actor = self.make_actor(spec, actor_hidden)
         self.critics = nn.ModuleList(
             self.make_critic(spec, critic_hidden, critic_layer_norm, critic_out_dim)

@@ -52,6 +52,11 @@ class Exploration:
     """
 
     def __init__(self, start: float, end: float | None = None, anneal_frames: int = 0):
+        for name, value in (("start", start), ("end", end if end is not None else start)):
+            if not value >= 0:
+                raise ValueError(f"exploration.{name} must be >= 0, got {value}")
+        if anneal_frames < 0:
+            raise ValueError(f"exploration.anneal_frames must be >= 0, got {anneal_frames}")
         self.start = start
         self.end = start if end is None else end
         self.anneal_frames = anneal_frames
@@ -126,9 +131,13 @@ class OffPolicyLearner(L.LightningModule):
         final_lr_fraction: float = 1.0,
     ):
         super().__init__()
-        _check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period)
-        if update_to_data <= 0:
+        check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period)
+        if not update_to_data > 0:
             raise ValueError(f"update_to_data must be positive, got {update_to_data}")
+        if not 0 < gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+        if learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {learning_starts}")
         if not 0 < target_tau <= 1:
             raise ValueError(f"target_tau must be in (0, 1], got {target_tau}")
         if not 0 <= final_lr_fraction <= 1:
@@ -332,7 +341,8 @@ def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
         raise TypeError(f"a stochastic policy's head needs sample(features); {type(head).__name__} has none")
 
 
-def _check_positive(**values: int) -> None:
+def check_positive(**values: float) -> None:
+    """Raises ``ValueError`` naming the first value that is not > 0 (NaN included)."""
     for name, value in values.items():
-        if value <= 0:
+        if not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.base import Exploration, OffPolicyLearner
+from actorq.algos.base import Exploration, OffPolicyLearner, check_positive
 from actorq.envs import EnvSpec
 from actorq.networks import QNetwork
 from actorq.replay.base import Sample
@@ -47,6 +47,12 @@ class DQN(OffPolicyLearner):
         **kwargs,
     ):
         super().__init__(spec, exploration, **kwargs)
+        check_positive(lr=lr)
+        if not max(exploration.start, exploration.end) <= 1:
+            raise ValueError(f"epsilon (exploration.start/end) must be in [0, 1], got "
+                             f"{exploration.start}/{exploration.end}")
+        if max_grad_norm < 0:
+            raise ValueError(f"max_grad_norm must be >= 0 (0 disables clipping), got {max_grad_norm}")
         self.q_network = QNetwork(spec, hidden)
         self.q_target = copy.deepcopy(self.q_network).requires_grad_(False)
         self.lr = lr

@@ -29,7 +29,7 @@ from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.algos.actor_critic import ActorCriticLearner
-from actorq.algos.base import Exploration
+from actorq.algos.base import Exploration, check_positive
 from actorq.envs import EnvSpec
 from actorq.networks import GaussianActor
 from actorq.replay.base import Sample
@@ -63,8 +63,7 @@ class SAC(ActorCriticLearner):
         critic_lr: float = 3e-4,
         **kwargs,
     ):
-        if init_alpha <= 0:
-            raise ValueError(f"init_alpha must be positive, got {init_alpha}")
+        check_positive(init_alpha=init_alpha, alpha_lr=alpha_lr)
         super().__init__(spec, exploration or Exploration(0.0), actor_lr=actor_lr, critic_lr=critic_lr, **kwargs)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
         self.target_entropy = float(-spec.action_dim if target_entropy is None else target_entropy)

@@ -39,6 +39,8 @@ class TD3(DDPG):
         super().__init__(*args, **kwargs)
         if policy_delay < 1:
             raise ValueError(f"policy_delay must be >= 1, got {policy_delay}")
+        if not (target_noise >= 0 and target_noise_clip >= 0):
+            raise ValueError(f"target_noise and target_noise_clip must be >= 0, got {target_noise}, {target_noise_clip}")
         self.target_noise = target_noise
         self.target_noise_clip = target_noise_clip
         self.policy_delay = policy_delay

@@ -1,0 +1,91 @@
+"""Checks on a composed run config that no single object can make: types of the keys every
+run has, and consistency across groups. ``train()`` runs them before anything is built, so a
+bad value stops the run with one line (exit code 2) before any actor process starts.
+
+Values that belong to one object (an algorithm's learning rates, the replay's fanout, ...)
+are checked by that object's constructor.
+
+Example:
+    >>> from omegaconf import OmegaConf
+    >>> cfg = OmegaConf.create({"seed": -1})
+    >>> check_seed(cfg)
+    Traceback (most recent call last):
+    ...
+    actorq.errors.ConfigError: seed must be an integer in [0, 2**32), got -1
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from actorq.errors import ConfigError
+
+TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer", "seed",
+                  "run_dir", "eval", "hydra"}
+POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
+                     "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step")
+NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "algo.learning_starts")
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """Every check below, in order; raises :class:`~actorq.errors.ConfigError`."""
+    check_top_level(cfg)
+    check_seed(cfg)
+    check_integers(cfg)
+    check_budget(cfg)
+    check_trainer(cfg)
+
+
+def check_top_level(cfg: DictConfig) -> None:
+    unknown = sorted(set(cfg.keys()) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s) {', '.join(unknown)}; the run config has "
+                          f"{', '.join(sorted(TOP_LEVEL_KEYS - {'hydra'}))}")
+
+
+def check_seed(cfg: DictConfig) -> None:
+    seed = cfg.get("seed")
+    if not _is_int(seed) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+
+
+def check_integers(cfg: DictConfig) -> None:
+    for key in POSITIVE_INTEGERS + NON_NEGATIVE_INTEGERS:
+        value = _select(cfg, key)
+        if value is None:
+            continue
+        low = 1 if key in POSITIVE_INTEGERS else 0
+        if not _is_int(value) or value < low:
+            kind = "a positive integer" if low else "an integer >= 0"
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+
+
+def check_budget(cfg: DictConfig) -> None:
+    """The frame budget must leave room to learn, and the replay must hold a batch."""
+    total, starts = _select(cfg, "actors.total_frames"), _select(cfg, "algo.learning_starts")
+    if total is not None and starts is not None and starts >= total:
+        raise ConfigError(f"algo.learning_starts={starts} must be below actors.total_frames={total}, "
+                          "or the run stores experience and never learns from it")
+    capacity, batch = _select(cfg, "replay.capacity"), _select(cfg, "algo.batch_size")
+    if capacity is not None and batch is not None and capacity < batch:
+        raise ConfigError(f"replay.capacity={capacity} cannot hold one batch of algo.batch_size={batch}")
+
+
+def check_trainer(cfg: DictConfig) -> None:
+    epochs = _select(cfg, "trainer.max_epochs")
+    if epochs is not None and epochs != 1:
+        raise ConfigError(f"trainer.max_epochs must be 1 (one epoch is the actors' whole frame budget: "
+                          f"set actors.total_frames instead), got {epochs!r}")
+
+
+def _select(cfg: DictConfig, key: str):
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
