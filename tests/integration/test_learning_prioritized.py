@@ -22,7 +22,7 @@ def test_dqn_with_prioritized_replay_solves_cartpole(make_cfg):
     cfg = make_cfg("+experiment=dqn_cartpole", "replay.prioritized=true", "callbacks=no_checkpoint",
                    "algo.target_tau=1.0", "algo.target_update_period=100")
     summary, objects = train(cfg)
-    replay = objects["learner"].replay
+    replay = objects["experience"].replay
     assert isinstance(replay, PrioritizedReplay) and replay.beta == 1.0
     assert replay.priorities.max_priority > 1.0  # |TD errors| were fed back
     assert summary["frames"] <= 50_000 + 256
