@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import check_policy_network
+from actorq.callbacks.carbon import CarbonTracker
 from actorq.callbacks.evaluation import Evaluation
 from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
@@ -116,10 +117,12 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     wall_clock = time.perf_counter() - started
 
     evaluation = find_callback(callbacks, Evaluation)
-    summary = make_summary(learner, experience, evaluation, wall_clock)
+    carbon = find_callback(callbacks, CarbonTracker)
+    summary = make_summary(learner, experience, evaluation, wall_clock, carbon)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
-               "broadcast": find_callback(callbacks, QuantizeBroadcast), "precision_choice": choice}
+               "broadcast": find_callback(callbacks, QuantizeBroadcast), "carbon": carbon,
+               "precision_choice": choice}
     return summary, objects
 
 
@@ -128,7 +131,8 @@ def find_callback(callbacks: list, kind: type):
     return next((callback for callback in callbacks if isinstance(callback, kind)), None)
 
 
-def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float) -> dict:
+def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float,
+                 carbon: CarbonTracker | None = None) -> dict:
     history = evaluation.history if evaluation else []
     history_quant = evaluation.history_quant if evaluation else []
     return {
@@ -145,6 +149,10 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
         "collect_fraction": round(
             learner.time_collect / max(1e-9, learner.time_collect + learner.time_learn), 3
         ),
+        # kWh and kg CO2 of the whole machine during the fit, with how codecarbon measured
+        # them; null figures and a reason when nothing was measured (never an estimate).
+        "energy": carbon.summary() if carbon else {
+            "kwh": None, "co2_kg": None, "reason": "callbacks.carbon is off (no CarbonTracker)"},
     }
 
 
