@@ -292,6 +292,17 @@ def plot_experiment(name: str, precisions: dict[str, list[Run]], out: Path, targ
     return files
 
 
+def duplicate_seeds(precisions: dict[str, list[Run]]) -> list[str]:
+    """A note for each seed that several runs of one precision share (e.g. the same sweep
+    given twice): each run still counts as one sample."""
+    notes = []
+    for precision, runs in precisions.items():
+        seeds = [r.seed for r in runs]
+        for seed in sorted({s for s in seeds if seeds.count(s) > 1}, key=str):
+            notes.append(f"Note: {seeds.count(seed)} {precision} runs have seed {seed}; each counts as a sample.")
+    return [*notes, ""] if notes else []
+
+
 def energy_notes(runs: list[Run]) -> list[str]:
     """How the energy figures were measured (or why not), one line per distinct way."""
     notes: dict[str, int] = {}
@@ -330,7 +341,8 @@ def write_report(paths: list[Path], out: Path, target_override: float | None = N
         experiments = sorted({r.experiment for rs in precisions.values() for r in rs if r.experiment})
         rows, target, how = experiment_table(precisions, target_override, target_fraction)
         lines += [f"## {name}" + (f" ({', '.join(experiments)})" if experiments else ""), "",
-                  f"Target return: {fmt(target, '.1f')} ({how}).", "", *rows, ""]
+                  f"Target return: {fmt(target, '.1f')} ({how}).", "", *rows, "",
+                  *duplicate_seeds(precisions)]
         for path in plot_experiment(name, precisions, out, target):
             lines += [f"![{path.stem}]({path.name})", ""]
     lines += ["## Energy measurement", "", *(energy_notes(runs) or ["- no energy figures in the summaries"]), ""]

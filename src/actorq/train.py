@@ -136,6 +136,7 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
     history = evaluation.history if evaluation else []
     history_quant = evaluation.history_quant if evaluation else []
     return {
+        "status": "completed",  # actorq.report lists runs without a completed summary apart
         "final_return": history[-1][1] if history else None,
         "best_return": max((r for _, r in history), default=None),
         "final_return_quant": history_quant[-1][1] if history_quant else None,

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -142,6 +143,7 @@ class CarbonTracker(Callback):
                   "project_name": "actorq"}
         if self.region:
             kwargs["region"] = self.region
+        tracker = None
         try:
             tracker = codecarbon.OfflineEmissionsTracker(**kwargs)
             # Unlike start(), which swallows its errors, this raises them: hardware detection
@@ -151,6 +153,9 @@ class CarbonTracker(Callback):
             if tracker.flush() is None or capture.last is None:
                 raise RuntimeError("the tracker did not start (codecarbon swallowed the error)")
         except Exception as error:  # noqa: BLE001 - the run goes on without a measurement
+            if tracker is not None:  # its threads may be running
+                with contextlib.suppress(Exception):
+                    tracker.stop()
             self._fail(f"codecarbon could not start ({type(error).__name__}: {error})")
             return
         self._tracker, self._capture = tracker, capture
