@@ -11,7 +11,7 @@ Example:
     ...                                        "callbacks=no_checkpoint", f"run_dir={tempfile.mkdtemp()}"])
     >>> summary, objects = train(cfg)
     >>> summary["frames"], summary["actor_precision"], sorted(objects)[:3]
-    (400, 'fp32', ['broadcast', 'evaluation', 'experience'])
+    (400, 'fp32', ['broadcast', 'carbon', 'evaluation'])
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import check_policy_network
+from actorq.callbacks.carbon import CarbonTracker
 from actorq.callbacks.evaluation import Evaluation
 from actorq.checks import check_run_config
 from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
@@ -119,10 +120,12 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     wall_clock = time.perf_counter() - started
 
     evaluation = find_callback(callbacks, Evaluation)
-    summary = make_summary(learner, experience, evaluation, wall_clock)
+    carbon = find_callback(callbacks, CarbonTracker)
+    summary = make_summary(learner, experience, evaluation, wall_clock, carbon)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
-               "broadcast": find_callback(callbacks, QuantizeBroadcast), "precision_choice": choice}
+               "broadcast": find_callback(callbacks, QuantizeBroadcast), "carbon": carbon,
+               "precision_choice": choice}
     return summary, objects
 
 
@@ -131,10 +134,12 @@ def find_callback(callbacks: list, kind: type):
     return next((callback for callback in callbacks if isinstance(callback, kind)), None)
 
 
-def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float) -> dict:
+def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float,
+                 carbon: CarbonTracker | None = None) -> dict:
     history = evaluation.history if evaluation else []
     history_quant = evaluation.history_quant if evaluation else []
     return {
+        "status": "completed",  # actorq.report lists runs without a completed summary apart
         "final_return": history[-1][1] if history else None,
         "best_return": max((r for _, r in history), default=None),
         "final_return_quant": history_quant[-1][1] if history_quant else None,
@@ -148,6 +153,10 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
         "collect_fraction": round(
             learner.time_collect / max(1e-9, learner.time_collect + learner.time_learn), 3
         ),
+        # kWh and kg CO2 of the whole machine during the fit, with how codecarbon measured
+        # them; null figures and a reason when nothing was measured (never an estimate).
+        "energy": carbon.summary() if carbon else {
+            "kwh": None, "co2_kg": None, "reason": "callbacks.carbon is off (no CarbonTracker)"},
     }
 
 

@@ -26,7 +26,7 @@ class Evaluation(Callback):
 
     Logs ``eval/return_mean`` and ``eval/return_std`` for the learner's fp32 policy, and
     ``eval/return_mean_quant`` for the reduced-precision policy the actors run (when it is
-    not fp32). Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
+    not fp32), once per evaluation, at the env frame it ran at. Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
 
     Args:
         every_frames: evaluation period in env frames.
@@ -73,12 +73,7 @@ class Evaluation(Callback):
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
         if not self.history or self.history[-1][0] != pl_module.frames:
-            self.evaluate(trainer, pl_module, log=False)
-        if trainer.logger is not None:
-            final = {"eval/return_mean": self.last}
-            if self.history_quant:
-                final["eval/return_mean_quant"] = self.last_quant
-            trainer.logger.log_metrics(final, step=pl_module.frames)
+            self.evaluate(trainer, pl_module)
 
     def evaluate(self, trainer: L.Trainer, pl_module, log: bool = True) -> float:
         """Runs the episodes now (fp32, then the actors' policy if it is not fp32) and records
@@ -95,8 +90,10 @@ class Evaluation(Callback):
             mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))
             self.history_quant.append((pl_module.frames, mean_quant))
             metrics["eval/return_mean_quant"] = mean_quant
-        if log:
-            pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
+        # Straight to the logger, at this evaluation's frame: through pl_module.log_dict the
+        # value would be written again at every later step that holds no evaluation.
+        if log and trainer.logger is not None:
+            trainer.logger.log_metrics(metrics, step=pl_module.frames)
         return mean
 
     @override
