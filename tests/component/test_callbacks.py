@@ -1,6 +1,7 @@
 """Each callback on a tiny learner driven by a real Lightning Trainer over real actors."""
 
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from actorq.callbacks.evaluation import Evaluation
 from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
@@ -20,7 +21,7 @@ def test_broadcast_schedule_and_state():
     assert restored.last_step == 25 and restored.broadcasts == 1
 
 
-def test_callbacks_in_a_real_run(make_cfg):
+def test_callbacks_in_a_real_run(make_cfg, tmp_path):
     cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.broadcast.every_n_steps=5")
     summary, objects = train(cfg)
     broadcast, evaluation, learner = objects["broadcast"], objects["evaluation"], objects["learner"]
@@ -29,6 +30,13 @@ def test_callbacks_in_a_real_run(make_cfg):
     assert frames == [300, 600]  # every 300 frames; the final one is not repeated
     assert frames[-1] == learner.frames == summary["frames"]
     assert summary["final_return"] == evaluation.history[-1][1]
+    # One TensorBoard event per push and per evaluation, never a value repeated at other steps.
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    pushes = events.Scalars("quant/broadcasts")
+    assert [event.value for event in pushes] == list(range(1, broadcast.broadcasts + 1))
+    assert len(events.Scalars("quant/broadcast_bytes")) == broadcast.broadcasts
+    assert [event.step for event in events.Scalars("eval/return_mean")] == frames
 
 
 def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):

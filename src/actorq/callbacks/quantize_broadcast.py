@@ -84,7 +84,8 @@ class QuantizeBroadcast(Callback):
             "quant/broadcasts": float(self.broadcasts),
             **fidelity_metrics(network, policy.network, observations, learner.spec.discrete),
         }
-        learner.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
+        if learner.logger is not None:  # once per push, at the push's frame count
+            learner.logger.log_metrics(metrics, step=learner.frames)
         return metrics
 
     @override
