@@ -92,7 +92,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.library)
+    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
     callbacks = [build(node) for node in cfg.callbacks.values()]
@@ -108,7 +108,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     experience = Experience(
         cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
         actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
-        seed=cfg.seed, library=cfg.env.library, config=config,
+        seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
     trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
 
