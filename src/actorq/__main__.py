@@ -12,13 +12,17 @@ from actorq.errors import ConfigError
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    from actorq.train import describe_outputs, train
+    from actorq.train import Interrupted, describe_outputs, train
 
     try:
         summary, _ = train(cfg)
     except ConfigError as error:
         print(f"actorq: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted:
+        print(f"actorq: interrupted; the last checkpoint and summary.json (status: interrupted) "
+              f"are in {cfg.run_dir}", file=sys.stderr)
+        raise
     print(f"Final eval return {summary['final_return']:.1f} after {summary['frames']} frames "
           f"in {summary['wall_clock_s']:.0f} s")
     print(describe_outputs(cfg))

@@ -113,8 +113,12 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
 
     started = time.perf_counter()
+    interrupted = None
     try:
         trainer.fit(learner, datamodule=experience)
+    except SystemExit as stop:  # Lightning's way out after SIGTERM or Ctrl-C, once torn down
+        interrupted = Interrupted(143 if trainer.received_sigterm else 130)
+        interrupted.__cause__ = stop
     finally:
         experience.shutdown()
     wall_clock = time.perf_counter() - started
@@ -122,11 +126,21 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     evaluation = find_callback(callbacks, Evaluation)
     carbon = find_callback(callbacks, CarbonTracker)
     summary = make_summary(learner, experience, evaluation, wall_clock, carbon)
+    if interrupted is not None:
+        summary["status"] = "interrupted"
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if interrupted is not None:
+        raise interrupted
     objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
                "broadcast": find_callback(callbacks, QuantizeBroadcast), "carbon": carbon,
                "precision_choice": choice}
     return summary, objects
+
+
+class Interrupted(SystemExit):
+    """A run stopped by SIGTERM (exit code 143) or Ctrl-C (130) after it wrote its final
+    checkpoint (``ModelCheckpoint(save_on_exception=True)``) and a summary marked
+    ``"status": "interrupted"``; a job scheduler sees a failure, not a success."""
 
 
 def find_callback(callbacks: list, kind: type):
