@@ -54,10 +54,12 @@ def check_integers(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is None:
             continue
-        low = 1 if key in POSITIVE_INTEGERS else 0
-        if not _is_int(value) or value < low:
-            kind = "a positive integer" if low else "an integer >= 0"
-            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+        if not _is_int(value):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        if key in POSITIVE_INTEGERS and value < 1:
+            raise ConfigError(f"{key} must be positive, got {value!r}")
+        if value < 0:
+            raise ConfigError(f"{key} must be >= 0, got {value!r}")
 
 
 def check_budget(cfg: DictConfig) -> None:
