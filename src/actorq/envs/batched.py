@@ -178,6 +178,12 @@ class GymnasiumEnvs(RawEnvs):
         self.envs[index].reset(seed=seed)
 
 
+class _State:
+    def __init__(self, episode: np.ndarray, obs: np.ndarray):
+        self.episode = episode  # running return of each env (RewardSum's "episode_reward")
+        self.obs = obs  # the current observation of each env
+
+
 class LeanBatchedEnv(EnvBase):
     """``num_envs`` raw envs behind one TorchRL env, one TensorDict per batch step.
 
@@ -212,8 +218,10 @@ class LeanBatchedEnv(EnvBase):
             high = torch.as_tensor(raw.action_high).expand(*batch, len(raw.action_high))
             self.action_spec = Bounded(low.clone(), high.clone(), (*batch, len(raw.action_low)),
                                        dtype=torch.float32)
-        self._episode = np.zeros((n, 1), dtype=np.float32)
-        self._obs = np.zeros((n, raw.obs_dim), dtype=np.float32)
+        # Mutable per-step state lives in a plain namespace: assigning attributes of an
+        # nn.Module (EnvBase is one) costs microseconds per call.
+        self._state = _State(episode=np.zeros((n, 1), dtype=np.float32),
+                             obs=np.zeros((n, raw.obs_dim), dtype=np.float32))
         self._action_shape = (n,) if raw.discrete else (n, len(raw.action_low))
         self._false = torch.zeros((*batch, 1), dtype=torch.bool)
         if seed is not None:
@@ -235,8 +243,7 @@ class LeanBatchedEnv(EnvBase):
 
     # --- helpers ------------------------------------------------------------------------
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
-        return tensor if self._batched else tensor[0]
+        return torch.from_numpy(array if self._batched else array[0])
 
     def _actions(self, tensordict: TensorDictBase) -> np.ndarray:
         return tensordict.get("action").reshape(self._action_shape).numpy()
@@ -244,7 +251,7 @@ class LeanBatchedEnv(EnvBase):
     def _root(self, obs: np.ndarray) -> TensorDict:
         false = self._false
         return TensorDict._new_unsafe(
-            {OBSERVATION: self._tensor(obs), EPISODE_REWARD: self._tensor(self._episode.copy()),
+            {OBSERVATION: self._tensor(obs), EPISODE_REWARD: self._tensor(self._state.episode.copy()),
              "done": false.clone(), "terminated": false.clone(), "truncated": false.clone()},
             batch_size=self.batch_size,
         )
@@ -258,10 +265,11 @@ class LeanBatchedEnv(EnvBase):
         truncated = np.zeros((n, 1), dtype=bool)
         self.raw.step(self._actions(tensordict), obs, reward, terminated, truncated)
         done = terminated | truncated
-        self._episode += reward
+        episode = self._state.episode
+        episode += reward
         next_td = TensorDict._new_unsafe(
             {OBSERVATION: self._tensor(obs), "reward": self._tensor(reward),
-             EPISODE_REWARD: self._tensor(self._episode.copy()), "done": self._tensor(done),
+             EPISODE_REWARD: self._tensor(episode.copy()), "done": self._tensor(done),
              "terminated": self._tensor(terminated), "truncated": self._tensor(truncated)},
             batch_size=self.batch_size,
         )
@@ -270,7 +278,7 @@ class LeanBatchedEnv(EnvBase):
     def _reset_rows(self, rows, obs: np.ndarray) -> None:
         for i in rows:
             self.raw.reset(int(i), obs[i])
-            self._episode[i] = 0.0
+            self._state.episode[i] = 0.0
 
     # --- TorchRL hooks ------------------------------------------------------------------
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -280,20 +288,20 @@ class LeanBatchedEnv(EnvBase):
         if done.any():
             obs = obs.copy()  # "next" keeps the final observations
             self._reset_rows(np.flatnonzero(done[:, 0]), obs)
-        self._obs = obs
+        self._state.obs = obs
         return tensordict, self._root(obs)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         next_td, obs, _ = self._advance(tensordict)
-        self._obs = obs
+        self._state.obs = obs
         return next_td
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         mask = tensordict.get("_reset", None) if tensordict is not None else None
-        obs = self._obs.copy()
+        obs = self._state.obs.copy()
         rows = range(self._n) if mask is None else np.flatnonzero(mask.reshape(self._n).numpy())
         self._reset_rows(rows, obs)
-        self._obs = obs
+        self._state.obs = obs
         return self._root(obs)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
