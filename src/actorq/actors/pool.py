@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
+import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -56,14 +57,19 @@ WRITTEN = Written()
 
 
 def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None,
-                    lean: bool = True) -> EnvBase:
+                    lean: bool = True, quantized_engine: str | None = None) -> EnvBase:
     """One worker's environments, stepped with one policy call per step for all of them.
 
     With ``lean`` (``actors.lean_envs``) and a suite that has raw envs (dm_control,
     gymnasium), a :class:`~actorq.envs.batched.LeanBatchedEnv`: unbatched for one env,
     ``batch_size=[envs_per_worker]`` otherwise. Else today's TorchRL path: a single
     :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several.
+
+    It runs in the worker process before the policy's first forward, so a
+    ``quantized_engine`` set here is the one the worker's int8 modules are built with.
     """
+    if quantized_engine is not None:
+        torch.backends.quantized.engine = quantized_engine
     if lean:
         env = make_batched_env(env_name, None if envs_per_worker == 1 else envs_per_worker,
                                seed=seed, library=library)
@@ -98,6 +104,9 @@ class ActorPool:
         lean_envs: step each worker's envs through the lean batched env
             (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
             TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
+        quantized_engine: ``torch.backends.quantized.engine`` in the workers (e.g.
+            ``"onednn"``, which uses AMX int8 units for batched int8 inference where the CPU
+            has them); ``None`` keeps PyTorch's default.
     """
 
     def __init__(
@@ -113,6 +122,7 @@ class ActorPool:
         library: str | None = None,
         writer: ExperienceWriter | None = None,
         lean_envs: bool = True,
+        quantized_engine: str | None = None,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
@@ -122,7 +132,8 @@ class ActorPool:
             raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
+        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
+                         quantized_engine)
         self.collector = MultiAsyncCollector(
             [env_fn] * num_workers,
             self.policy,
