@@ -24,6 +24,7 @@ once per batch written (``tests/component/test_replay_in_training.py`` runs it).
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
@@ -66,10 +67,11 @@ def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str
     :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several.
 
     It runs in the worker process before the policy's first forward, so a
-    ``quantized_engine`` set here is the one the worker's int8 modules are built with.
+    ``quantized_engine`` set here (in worker processes only) is the one the worker's int8
+    modules are built with.
     """
-    if quantized_engine is not None:
-        torch.backends.quantized.engine = quantized_engine
+    if quantized_engine is not None and multiprocessing.parent_process() is not None:
+        torch.backends.quantized.engine = quantized_engine  # workers only: not the learner's
     if lean:
         env = make_batched_env(env_name, None if envs_per_worker == 1 else envs_per_worker,
                                seed=seed, library=library)
