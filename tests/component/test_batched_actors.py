@@ -75,3 +75,9 @@ def test_worker_env_paths():
     assert isinstance(single, LeanBatchedEnv) and single.batch_size == ()
     old = make_worker_env("Pendulum-v1", 4, seed=0, lean=False)
     assert not isinstance(old, LeanBatchedEnv) and old.batch_size == (4,)
+
+
+def test_quantized_engine_is_set_in_workers_only():
+    before = torch.backends.quantized.engine
+    make_worker_env("Pendulum-v1", 2, seed=0, quantized_engine="onednn" if before != "onednn" else "x86")
+    assert torch.backends.quantized.engine == before  # the learner's process keeps its engine
