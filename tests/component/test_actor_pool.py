@@ -61,3 +61,41 @@ def test_non_positive_sizes_are_rejected(pendulum_policy, field):
     kwargs = {"num_workers": 1, "frames_per_batch": 10, "total_frames": 100, field: 0}
     with pytest.raises(ValueError, match=f"actors.{field} must be positive"):
         ActorPool("Pendulum-v1", pendulum_policy, **kwargs)
+
+
+def test_old_env_path_on_request(pendulum_policy):
+    """``lean_envs=False`` keeps the TorchRL transform stack (a SerialEnv of make_env envs)."""
+    pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=1, frames_per_batch=40, total_frames=120,
+                     envs_per_worker=2, lean_envs=False)
+    try:
+        batches = list(pool)
+    finally:
+        pool.shutdown()
+    assert [tuple(b.shape) for b in batches] == [(2, 20)] * 3
+    assert all(b["next", "episode_reward"].dtype == torch.float32 for b in batches)
+
+
+def test_a_suite_without_raw_envs_falls_back_to_make_env():
+    from torchrl.envs import SerialEnv
+
+    from actorq.actors.pool import make_worker_env
+    from actorq.envs import EnvSuite, register_suite, unregister_suite
+    from actorq.envs.batched import LeanBatchedEnv
+
+    @register_suite
+    class Mine(EnvSuite):
+        name = "mine"
+
+        def names(self):
+            return ["pendulum"]
+
+        def make(self, env_name, seed):
+            return make_env("Pendulum-v1", seed=seed, library="gymnasium")
+
+    try:
+        one = make_worker_env("pendulum", 1, seed=0, library="mine")
+        several = make_worker_env("pendulum", 3, seed=0, library="mine")
+    finally:
+        unregister_suite("mine")
+    assert not isinstance(one, LeanBatchedEnv) and isinstance(several, SerialEnv)
+    assert isinstance(make_worker_env("Pendulum-v1", 3, seed=0, library="gymnasium"), LeanBatchedEnv)

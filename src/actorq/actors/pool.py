@@ -35,6 +35,7 @@ from torchrl.collectors import MultiAsyncCollector
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.envs import OBSERVATION, make_env
+from actorq.envs.batched import make_batched_env
 
 if TYPE_CHECKING:
     from actorq.replay.experience import ExperienceWriter
@@ -54,8 +55,20 @@ class Written:
 WRITTEN = Written()
 
 
-def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None) -> EnvBase:
-    """One worker's environments: a single env, or a ``SerialEnv`` of several."""
+def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None,
+                    lean: bool = True) -> EnvBase:
+    """One worker's environments, stepped with one policy call per step for all of them.
+
+    With ``lean`` (``actors.lean_envs``) and a suite that has raw envs (dm_control,
+    gymnasium), a :class:`~actorq.envs.batched.LeanBatchedEnv`: unbatched for one env,
+    ``batch_size=[envs_per_worker]`` otherwise. Else today's TorchRL path: a single
+    :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several.
+    """
+    if lean:
+        env = make_batched_env(env_name, None if envs_per_worker == 1 else envs_per_worker,
+                               seed=seed, library=library)
+        if env is not None:
+            return env
     if envs_per_worker == 1:
         return make_env(env_name, seed=seed, library=library)
     return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed, library=library))
@@ -75,12 +88,16 @@ class ActorPool:
         frames_per_batch: env steps per yielded batch (all envs of one worker together).
         total_frames: stop after this many env steps in total.
         init_random_frames: the first frames use uniformly random actions.
-        seed: base seed; worker ``i`` gets a distinct derived seed.
+        seed: base seed; worker ``i`` gets a distinct derived seed, and env ``j`` of a
+            worker the ``j``-th seed of TorchRL's chain from it.
         library: the environment suite (``env.library``); ``None`` looks the name up.
         writer: when given, each worker writes its batches through it (an
             :class:`~actorq.replay.experience.ExperienceWriter` over a shared replay) and
             iteration yields :data:`WRITTEN` for each batch written, until ``total_frames``
             frames have been written.
+        lean_envs: step each worker's envs through the lean batched env
+            (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
+            TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
     """
 
     def __init__(
@@ -95,6 +112,7 @@ class ActorPool:
         seed: int = 0,
         library: str | None = None,
         writer: ExperienceWriter | None = None,
+        lean_envs: bool = True,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
@@ -104,7 +122,7 @@ class ActorPool:
             raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library)
+        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
         self.collector = MultiAsyncCollector(
             [env_fn] * num_workers,
             self.policy,

@@ -1,14 +1,27 @@
 """``python -m actorq.bench actors``: env frames/s of real actor processes, fp32 vs int8.
 
-The actors are the real thing: TorchRL collector worker processes stepping dm_control
-cheetah-run with the d4pg_cheetah-sized policy (17 -> 2048 -> 2048 -> 2048 -> 6, as in the
-QuaRL code), each worker on one thread. The main process only drains batches, so the rate
-is what the actors can supply. fp32 and int8 runs alternate in one process; each keeps its
-best round.
+The actors are the real thing: TorchRL collector worker processes (one thread each)
+stepping ``--env`` (cheetah-run) with a ``17 -> W -> W -> W -> 6`` policy, for every policy
+width ``W``, envs per worker and precision (fp32, int8 static, int8 dynamic; the quantized
+policy built with ``QuantizedNetwork.from_network`` as the trainer builds it). The main
+process only drains batches, so the rate is what one worker can supply.
+
+Each row also shows the ceiling and where the time goes, per frame:
+
+* ``env_us``: one raw simulator step (the suite's own env, random actions, no TorchRL);
+  ``raw_rate`` is its steps/s.
+* ``infer_us``: one policy forward at the worker's batch (``actorq.quant.time_forward``,
+  one thread), divided by the envs it serves.
+* ``overhead_us = 1e6 / frames_per_s - env_us - infer_us``: everything else (TensorDicts,
+  the collector loop, process hand-over).
+
+``--old-path`` measures the previous worker env (TorchRL's transform stack per env, a
+``SerialEnv`` for several) in the same run, so before/after is one table (``path`` column).
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
-    python -m actorq.bench actors [--quick] [--out FILE.json]
+    python -m actorq.bench actors [--quick] [--old-path] [--widths 64 2048] [--envs 1 16]
+        [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -17,21 +30,25 @@ import argparse
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool
 from actorq.bench._table import report
-from actorq.envs import EnvSpec, make_env, random_observations
+from actorq.envs import EnvSpec, find_suite, make_env, random_observations
 from actorq.networks import DeterministicActor
-from actorq.quant import QuantizedNetwork, QuantSpec
+from actorq.quant import QuantizedNetwork, QuantSpec, time_forward
 
-TARGET_RATIO = 3.0
-PRECISIONS = {
+PRECISIONS = {  # name: the actors' precision (None: fp32)
     "fp32": None,
     "int8 static": QuantSpec(bits=8, mode="static"),
     "int8 dynamic": QuantSpec(bits=8, mode="dynamic"),
+    "int8 static onednn": QuantSpec(bits=8, mode="static", engine="onednn"),
+    "int8 dynamic onednn": QuantSpec(bits=8, mode="dynamic", engine="onednn"),
 }
+DEFAULT_PRECISIONS = ["fp32", "int8 static", "int8 dynamic"]
+STEPS_PER_BATCH = 32  # steps of every env of a worker per yielded batch
 
 
 def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int = 0) -> ExplorationPolicy:
@@ -44,10 +61,12 @@ def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int =
     return ExplorationPolicy(network, spec, noise_scale=0.1)
 
 
-def frames_per_s(env_name: str, policy, workers: int, frames_per_batch: int, batches: int) -> float:
+def frames_per_s(env_name: str, policy, workers: int, frames_per_batch: int, batches: int,
+                 envs_per_worker: int = 1, lean_envs: bool = True) -> float:
     """Drains ``batches`` batches (after one warm-up batch per worker) and returns frames/s."""
     total = frames_per_batch * (batches + workers)
-    pool = ActorPool(env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total)
+    pool = ActorPool(env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total,
+                     envs_per_worker=envs_per_worker, lean_envs=lean_envs)
     try:
         start, frames = None, 0
         for index, batch in enumerate(pool):
@@ -60,36 +79,94 @@ def frames_per_s(env_name: str, policy, workers: int, frames_per_batch: int, bat
         pool.shutdown()
 
 
+def raw_rate(env_name: str, steps: int = 3000, seed: int = 0) -> float:
+    """Raw simulator steps/s of one env of the suite (random actions, resets included)."""
+    raw = find_suite(env_name).make_raw(env_name, 1)
+    if raw is None:
+        return float("nan")
+    env = raw.envs[0]
+    rng = np.random.default_rng(seed)
+    if raw.discrete:
+        actions = rng.integers(raw.num_actions, size=256)
+    else:
+        actions = rng.uniform(raw.action_low, raw.action_high, size=(256, len(raw.action_low)))
+    dm_control = hasattr(env, "physics")
+    env.reset()
+    start = time.perf_counter()
+    for k in range(steps):
+        if dm_control:
+            if env.step(actions[k % 256]).last():
+                env.reset()
+        else:
+            _, _, terminated, truncated, _ = env.step(actions[k % 256])
+            if terminated or truncated:
+                env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def inference_us(policy: ExplorationPolicy, env_name: str, batch: int) -> float:
+    """µs per forward of ``policy`` at ``batch`` observations (one thread)."""
+    observations = random_observations(make_env(env_name, seed=1), batch)
+    return time_forward(policy, observations, iterations=200, budget_s=1.0).median_us
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actorq.bench actors", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
-    parser.add_argument("--width", type=int, default=2048)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--frames-per-batch", type=int, default=250)
-    parser.add_argument("--batches", type=int, default=8, help="timed batches per run")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions")
+    parser.add_argument("--widths", type=int, nargs="+", default=[64, 256, 2048])
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 16], help="envs per worker")
+    parser.add_argument("--precisions", nargs="+", default=DEFAULT_PRECISIONS, choices=list(PRECISIONS))
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--batches", type=int, default=6, help="timed batches per run")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions (best kept)")
+    parser.add_argument("--old-path", action="store_true",
+                        help="also measure the previous worker env (TorchRL transforms, SerialEnv)")
+    parser.add_argument("--onednn", action="store_true",
+                        help="also run the int8 precisions with weights packed for the onednn engine (quant.engine)")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/actors.json", help="JSON output ('' for none)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.width, args.workers, args.frames_per_batch, args.batches, args.rounds = 64, [1], 100, 3, 1
+        args.widths, args.envs, args.precisions, args.batches, args.rounds = [64], [1, 8], ["fp32", "int8 static"], 3, 1
+    if args.onednn:
+        args.precisions += [f"{name} onednn" for name in args.precisions
+                            if name.startswith("int8") and not name.endswith("onednn")]
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
+    torch.set_num_threads(1)
+    raw = raw_rate(args.env)
+    env_us = 1e6 / raw
+    paths = {"lean": True, **({"old": False} if args.old_path else {})}
     rows = []
-    for workers in args.workers:
-        rates = dict.fromkeys(PRECISIONS, 0.0)
-        for _ in range(args.rounds):
-            for name, quant in PRECISIONS.items():
-                policy = actor_policy(args.env, args.width, quant)
-                rate = frames_per_s(args.env, policy, workers, args.frames_per_batch, args.batches)
-                rates[name] = max(rates[name], rate)
-        for name, rate in rates.items():
-            rows.append({"env": args.env, "width": args.width, "workers": workers, "precision": name,
-                         "frames_per_s": rate, "vs_fp32": rate / rates["fp32"], "target": TARGET_RATIO})
-    report(f"actor frames/s, policy 3x{args.width}, {args.env}", rows, args.out or None)
+    for width in args.widths:
+        for envs in args.envs:
+            frames_per_batch = envs * STEPS_PER_BATCH * (1 if envs > 1 else 4)
+            found: dict[tuple[str, str], float] = {}
+            infer: dict[str, float] = {}
+            for _ in range(args.rounds):
+                for name in args.precisions:
+                    policy = actor_policy(args.env, width, PRECISIONS[name])
+                    if name not in infer:
+                        infer[name] = inference_us(policy, args.env, envs) / envs
+                    for path, lean in paths.items():
+                        rate = frames_per_s(args.env, policy, args.workers, frames_per_batch, args.batches,
+                                            envs_per_worker=envs, lean_envs=lean)
+                        found[path, name] = max(found.get((path, name), 0.0), rate)
+            for path in paths:
+                for name in args.precisions:
+                    rate = found[path, name]
+                    row = {"env": args.env, "width": width, "envs": envs, "precision": name, "path": path,
+                           "frames_per_s": rate, "vs_fp32": rate / found[path, "fp32"] if "fp32" in args.precisions
+                           else float("nan"),
+                           "vs_old": rate / found["old", name] if args.old_path else float("nan"),
+                           "of_raw": rate / raw, "env_us": env_us, "infer_us": infer[name],
+                           "overhead_us": 1e6 / rate - env_us - infer[name]}
+                    rows.append(row)
+    title = f"actor frames/s per worker ({args.workers} worker), {args.env}, raw env {raw:.0f} steps/s"
+    report(title, rows, args.out or None)
     return rows
 
 

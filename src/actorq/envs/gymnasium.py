@@ -18,6 +18,8 @@ from actorq.errors import ConfigError
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
+    from actorq.envs.batched import GymnasiumEnvs
+
 
 def gym_ids() -> list[str]:
     """Every id in gymnasium's registry (including ids registered at run time)."""
@@ -70,3 +72,12 @@ class GymnasiumSuite(EnvSuite):
         if seed is not None:
             env.set_seed(seed)
         return env
+
+    def make_raw(self, env_name: str, num_envs: int) -> GymnasiumEnvs | None:
+        from actorq.envs.batched import GymnasiumEnvs
+
+        if needs_mujoco(env_name) and not mujoco_available():
+            raise ConfigError(f"{env_name!r} needs MuJoCo for gymnasium: pip install 'actorq[mujoco]'")
+        if not GymnasiumEnvs.supports(env_name):
+            return None  # e.g. dict or image observations: the TorchRL path handles them
+        return GymnasiumEnvs(env_name, num_envs)

@@ -28,6 +28,8 @@ from actorq.errors import ConfigError
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
+    from actorq.envs.batched import RawEnvs
+
 EPISODE_REWARD = "episode_reward"
 
 
@@ -56,6 +58,12 @@ class EnvSuite(abc.ABC):
         The environment must have a flat float32 ``"observation"``, a float32 reward and the
         running ``"episode_reward"`` (TorchRL's ``RewardSum``); :func:`make_env` checks this.
         """
+
+    def make_raw(self, env_name: str, num_envs: int) -> RawEnvs | None:
+        """``num_envs`` raw simulators for the lean batched path (:mod:`actorq.envs.batched`),
+        or ``None`` (the default) when this suite has none: actor workers then step
+        :meth:`make` envs (a ``SerialEnv`` of them for several envs per worker)."""
+        return None
 
 
 _SUITES: dict[str, EnvSuite] = {}

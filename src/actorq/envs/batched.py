@@ -1,0 +1,329 @@
+"""A lean batched environment: ``N`` raw envs stepped in numpy behind one TorchRL ``EnvBase``.
+
+An actor worker steps all its envs with one policy call per step. :class:`LeanBatchedEnv`
+holds ``N`` raw simulators (``dm_control`` suite envs, or ``gymnasium`` envs), builds ONE
+TensorDict per batch step and does, on whole arrays, what the stacked transforms of
+:func:`actorq.envs.make_env` do per env: flattening the observation (dm_control's dict, in
+``CatTensors``' sorted key order), float32 casts (``DoubleToFloat``), ``done`` /
+``terminated`` / ``truncated``, and the running ``"episode_reward"`` (``RewardSum``). Env
+``i`` behaves step for step like ``make_env(name, seed=s_i)`` where ``s_0`` is the seed and
+``s_{i+1} = seed_generator(s_i)`` (TorchRL's ``SerialEnv`` chain), which
+``tests/unit/test_batched_env.py`` checks.
+
+:meth:`LeanBatchedEnv.step_and_maybe_reset` (what a TorchRL collector calls once per step)
+is overridden: it steps every env, resets the ones that ended in the same pass, and builds
+the two TensorDicts the collector expects, skipping ``EnvBase.step``'s per-step spec and
+shape processing. ``reset`` honours TorchRL's ``_reset`` mask (only those envs restart).
+
+With ``num_envs=None`` the env is unbatched (``batch_size=[]``), like a single
+``make_env``; otherwise ``batch_size=[num_envs]``.
+
+Example:
+    >>> env = make_batched_env("CartPole-v1", num_envs=4, seed=0, library="gymnasium")
+    >>> env.batch_size, env.observation_spec["observation"].shape
+    (torch.Size([4]), torch.Size([4, 4]))
+    >>> td = env.reset()
+    >>> td["action"] = env.full_action_spec["action"].rand()
+    >>> step, after = env.step_and_maybe_reset(td)
+    >>> step["next", "reward"].shape, after["episode_reward"].dtype
+    (torch.Size([4, 1]), torch.float32)
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl._utils import seed_generator
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from actorq.envs.spec import OBSERVATION
+
+EPISODE_REWARD = "episode_reward"
+_DONE_KEYS = ("done", "terminated", "truncated")
+
+
+class RawEnvs(abc.ABC):
+    """``n`` raw simulators of one task, stepped and reset in numpy.
+
+    Subclasses fill ``obs_dim``, ``discrete``, ``num_actions`` or ``action_low``/``action_high``.
+    """
+
+    n: int
+    obs_dim: int
+    discrete: bool = False
+    num_actions: int = 0
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
+
+    @abc.abstractmethod
+    def step(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray,
+             terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Steps every env with ``actions[i]``, writing rows of the preallocated outputs."""
+
+    @abc.abstractmethod
+    def reset(self, index: int, obs: np.ndarray) -> None:
+        """Resets env ``index`` and writes its first observation into ``obs`` (one row)."""
+
+    @abc.abstractmethod
+    def seed(self, index: int, seed: int) -> None:
+        """Seeds env ``index`` exactly as the suite's single env's ``set_seed(seed)`` does."""
+
+
+class DMControlEnvs(RawEnvs):
+    """``n`` dm_control suite envs; observations concatenated in sorted key order (as
+    ``CatTensors`` orders them), time-limit ends are truncations (discount stays 1)."""
+
+    def __init__(self, domain: str, task: str, n: int):
+        from actorq.envs.dm_control import quiet_dm_control
+
+        quiet_dm_control()
+        from dm_control import suite
+
+        self.n = n
+        self.envs = [suite.load(domain, task) for _ in range(n)]
+        env = self.envs[0]
+        specs = env.observation_spec()
+        self.keys = sorted(specs)  # CatTensors(sort=True)
+        sizes = [max(1, int(np.prod(specs[key].shape))) for key in self.keys]
+        self.slices = []
+        start = 0
+        for key, size in zip(self.keys, sizes):
+            self.slices.append((key, start, start + size))
+            start += size
+        self.obs_dim = start
+        action = env.action_spec()
+        self.action_low = np.asarray(action.minimum, dtype=np.float32).reshape(-1)
+        self.action_high = np.asarray(action.maximum, dtype=np.float32).reshape(-1)
+        self._row = np.empty(self.obs_dim, dtype=np.float64)
+
+    def _write(self, observation, obs: np.ndarray) -> None:
+        row = self._row
+        for key, start, end in self.slices:
+            row[start:end] = np.ravel(observation[key])
+        obs[:] = row  # float64 -> float32 per element, as DoubleToFloat casts the whole vector
+
+    def step(self, actions, obs, reward, terminated, truncated) -> None:
+        for i, env in enumerate(self.envs):
+            ts = env.step(actions[i])
+            self._write(ts.observation, obs[i])
+            reward[i] = ts.reward or 0.0
+            if ts.step_type == 2:  # StepType.LAST
+                if np.isclose(ts.discount, 1):
+                    truncated[i] = True
+                else:
+                    terminated[i] = True
+
+    def reset(self, index, obs) -> None:
+        self._write(self.envs[index].reset().observation, obs)
+
+    def seed(self, index, seed) -> None:
+        # DMControlEnv._set_seed: a fresh RandomState for the task, then one reset.
+        self.envs[index].task._random = np.random.RandomState(seed)
+        self.envs[index].reset()
+
+
+class GymnasiumEnvs(RawEnvs):
+    """``n`` gymnasium envs (``gymnasium.make``) with a 1-D Box observation and a Box or
+    Discrete action space; discrete actions are integer indices."""
+
+    def __init__(self, env_id: str, n: int):
+        import gymnasium
+
+        self.n = n
+        self.envs = [gymnasium.make(env_id) for _ in range(n)]
+        env = self.envs[0]
+        self.obs_dim = int(env.observation_space.shape[0])
+        space = env.action_space
+        if isinstance(space, gymnasium.spaces.Discrete):
+            self.discrete, self.num_actions = True, int(space.n)
+            self._start = int(space.start)
+        else:
+            self.action_low = np.asarray(space.low, dtype=np.float32).reshape(-1)
+            self.action_high = np.asarray(space.high, dtype=np.float32).reshape(-1)
+
+    @staticmethod
+    def supports(env_id: str) -> bool:
+        """Whether the lean path can run ``env_id`` (flat Box observation; Box or Discrete actions)."""
+        import gymnasium
+        from gymnasium import spaces
+
+        env = gymnasium.make(env_id)
+        try:
+            obs, act = env.observation_space, env.action_space
+            return (isinstance(obs, spaces.Box) and len(obs.shape) == 1
+                    and (isinstance(act, spaces.Discrete) or (isinstance(act, spaces.Box) and len(act.shape) == 1)))
+        finally:
+            env.close()
+
+    def step(self, actions, obs, reward, terminated, truncated) -> None:
+        discrete = self.discrete
+        for i, env in enumerate(self.envs):
+            action = int(actions[i]) + self._start if discrete else actions[i]
+            observation, r, term, trunc, _ = env.step(action)
+            obs[i] = observation
+            reward[i] = r
+            terminated[i] = term
+            truncated[i] = trunc
+
+    def reset(self, index, obs) -> None:
+        obs[:] = self.envs[index].reset()[0]
+
+    def seed(self, index, seed) -> None:
+        # GymEnv._set_seed (gymnasium): reset(seed=seed).
+        self.envs[index].reset(seed=seed)
+
+
+class _State:
+    def __init__(self, episode: np.ndarray, obs: np.ndarray):
+        self.episode = episode  # running return of each env (RewardSum's "episode_reward")
+        self.obs = obs  # the current observation of each env
+
+
+class LeanBatchedEnv(EnvBase):
+    """``num_envs`` raw envs behind one TorchRL env, one TensorDict per batch step.
+
+    Args:
+        raw: the raw envs (:class:`DMControlEnvs`, :class:`GymnasiumEnvs`).
+        batched: ``False`` makes an unbatched env (``batch_size=[]``, ``raw.n`` must be 1).
+        seed: seeds env ``i`` with the ``i``-th seed of TorchRL's chain from ``seed``.
+    """
+
+    def __init__(self, raw: RawEnvs, batched: bool = True, seed: int | None = None):
+        if not batched and raw.n != 1:
+            raise ValueError(f"an unbatched env holds one env, got {raw.n}")
+        n = raw.n
+        batch = (n,) if batched else ()
+        super().__init__(batch_size=torch.Size(batch))
+        self.raw = raw
+        self._n = n
+        self._batched = batched
+        self.observation_spec = Composite(
+            {OBSERVATION: Unbounded((*batch, raw.obs_dim), dtype=torch.float32),
+             EPISODE_REWARD: Unbounded((*batch, 1), dtype=torch.float32)},
+            shape=batch,
+        )
+        self.reward_spec = Unbounded((*batch, 1), dtype=torch.float32)
+        self.done_spec = Composite(
+            {key: Categorical(2, (*batch, 1), dtype=torch.bool) for key in _DONE_KEYS}, shape=batch
+        )
+        if raw.discrete:
+            self.action_spec = Categorical(raw.num_actions, batch, dtype=torch.int64)
+        else:
+            low = torch.as_tensor(raw.action_low).expand(*batch, len(raw.action_low))
+            high = torch.as_tensor(raw.action_high).expand(*batch, len(raw.action_high))
+            self.action_spec = Bounded(low.clone(), high.clone(), (*batch, len(raw.action_low)),
+                                       dtype=torch.float32)
+        # Mutable per-step state lives in a plain namespace: assigning attributes of an
+        # nn.Module (EnvBase is one) costs microseconds per call.
+        self._state = _State(episode=np.zeros((n, 1), dtype=np.float32),
+                             obs=np.zeros((n, raw.obs_dim), dtype=np.float32))
+        self._action_shape = (n,) if raw.discrete else (n, len(raw.action_low))
+        self._false = torch.zeros((*batch, 1), dtype=torch.bool)
+        if seed is not None:
+            self.set_seed(seed)
+
+    # --- seeding ------------------------------------------------------------------------
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seeds env ``i`` with the ``i``-th seed of the chain; returns the next seed."""
+        if seed is None:
+            return None
+        for i in range(self._n):
+            self.raw.seed(i, seed)
+            if not static_seed:
+                seed = seed_generator(seed)
+        return seed
+
+    def _set_seed(self, seed: int | None) -> None:  # pragma: no cover - set_seed is overridden
+        self.set_seed(seed)
+
+    # --- helpers ------------------------------------------------------------------------
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array if self._batched else array[0])
+
+    def _actions(self, tensordict: TensorDictBase) -> np.ndarray:
+        return tensordict.get("action").reshape(self._action_shape).numpy()
+
+    def _root(self, obs: np.ndarray) -> TensorDict:
+        false = self._false
+        return TensorDict._new_unsafe(
+            {OBSERVATION: self._tensor(obs), EPISODE_REWARD: self._tensor(self._state.episode.copy()),
+             "done": false.clone(), "terminated": false.clone(), "truncated": false.clone()},
+            batch_size=self.batch_size,
+        )
+
+    def _advance(self, tensordict: TensorDictBase) -> tuple[TensorDict, np.ndarray, np.ndarray]:
+        """Steps every env; returns the ``"next"`` TensorDict, the observations and ``done``."""
+        n = self._n
+        obs = np.empty((n, self.raw.obs_dim), dtype=np.float32)
+        reward = np.empty((n, 1), dtype=np.float32)
+        terminated = np.zeros((n, 1), dtype=bool)
+        truncated = np.zeros((n, 1), dtype=bool)
+        self.raw.step(self._actions(tensordict), obs, reward, terminated, truncated)
+        done = terminated | truncated
+        episode = self._state.episode
+        episode += reward
+        next_td = TensorDict._new_unsafe(
+            {OBSERVATION: self._tensor(obs), "reward": self._tensor(reward),
+             EPISODE_REWARD: self._tensor(episode.copy()), "done": self._tensor(done),
+             "terminated": self._tensor(terminated), "truncated": self._tensor(truncated)},
+            batch_size=self.batch_size,
+        )
+        return next_td, obs, done
+
+    def _reset_rows(self, rows, obs: np.ndarray) -> None:
+        for i in rows:
+            self.raw.reset(int(i), obs[i])
+            self._state.episode[i] = 0.0
+
+    # --- TorchRL hooks ------------------------------------------------------------------
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """One batch step, then the ended envs restart: ``(step data with "next", next root)``."""
+        next_td, obs, done = self._advance(tensordict)
+        tensordict.set("next", next_td)
+        if done.any():
+            obs = obs.copy()  # "next" keeps the final observations
+            self._reset_rows(np.flatnonzero(done[:, 0]), obs)
+        self._state.obs = obs
+        return tensordict, self._root(obs)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        next_td, obs, _ = self._advance(tensordict)
+        self._state.obs = obs
+        return next_td
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        mask = tensordict.get("_reset", None) if tensordict is not None else None
+        obs = self._state.obs.copy()
+        rows = range(self._n) if mask is None else np.flatnonzero(mask.reshape(self._n).numpy())
+        self._reset_rows(rows, obs)
+        self._state.obs = obs
+        return self._root(obs)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        for env in getattr(self.raw, "envs", ()):
+            env.close()
+        self.is_closed = True
+
+
+def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
+                     library: str | None = None) -> EnvBase | None:
+    """The lean env for ``name`` from its suite, or ``None`` if the suite has no lean path.
+
+    Args:
+        name: the environment (as for :func:`actorq.envs.make_env`).
+        num_envs: envs in the batch; ``None`` makes one unbatched env.
+        seed: the first seed of the chain (env ``i`` gets the ``i``-th).
+        library: the suite (``env.library``); ``None`` looks the name up.
+    """
+    from actorq.envs.registry import find_suite
+
+    suite = find_suite(name, library)
+    raw = suite.make_raw(name, 1 if num_envs is None else num_envs)
+    if raw is None:
+        return None
+    return LeanBatchedEnv(raw, batched=num_envs is not None, seed=seed)
