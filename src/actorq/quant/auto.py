@@ -42,7 +42,8 @@ class PrecisionChoice:
     """The outcome of :func:`select_precision`, for logging.
 
     Attributes:
-        name: the chosen candidate (``"fp32"``, ``"bf16"``, ``"int8_static"``, ``"int8_dynamic"``).
+        name: the chosen candidate, a codec's name (``"fp32"``, ``"bf16"``,
+            ``"int8_static_fp32_output"``, ``"int8_dynamic"``), with ``_onednn`` for that engine.
         spec: the concrete precision to run.
         timings_us: median microseconds per forward of every candidate.
         action_errors: :func:`~actorq.quant.action_error` of every candidate vs fp32.
@@ -65,13 +66,15 @@ class PrecisionChoice:
 
 def candidate_specs(spec: QuantSpec) -> dict[str, QuantSpec]:
     """The precisions ``auto`` compares, keeping ``spec``'s observer and granularity; int8
-    once per quantized engine worth trying here (the default one, and ``onednn``)."""
+    once per quantized engine worth trying here (the default one, and ``onednn``). Each is
+    named by its codec (plus ``_onednn`` for the other engine)."""
     candidates = {REFERENCE: spec.with_bits(32), "bf16": spec.with_bits(16)}
     engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
     for engine in engines:
         suffix = "" if engine == spec.engine else f"_{engine}"
         for mode in ("static", "dynamic"):
-            candidates[f"int8_{mode}{suffix}"] = replace(spec.with_bits(8, mode=mode), engine=engine)
+            candidate = replace(spec.with_bits(8, mode=mode), engine=engine)
+            candidates[f"{candidate.codec.name}{suffix}"] = candidate
     return candidates
 
 
@@ -146,7 +149,7 @@ def resolve_precision(
     Example:
         >>> spec, choice = resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
         >>> spec.describe(), choice
-        ('int8 static per_channel', None)
+        ('int8 static per_channel fp32-output', None)
     """
     if not spec.is_auto:
         return spec, None

@@ -20,11 +20,20 @@ def prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> Payload:
 def float_payload_spec(layout: TrunkLayout, dtype: torch.dtype) -> PayloadSpec:
     """Every weight, bias and norm parameter at ``dtype``."""
     out: PayloadSpec = {}
-    for k, layer in enumerate(layout.layers):
-        out[f"l{k}_weight"] = ((layer.out_features, layer.in_features), dtype)
-        out[f"l{k}_bias"] = ((layer.out_features,), dtype)
-        if layer.norm:
-            out.update(norm_payload_spec(layout, k, dtype))
+    for k in range(layout.num_layers):
+        out.update(float_layer_spec(layout, k, dtype))
+    return out
+
+
+def float_layer_spec(layout: TrunkLayout, k: int, dtype: torch.dtype) -> PayloadSpec:
+    """Layer ``k``'s weight, bias and norm parameters at ``dtype``."""
+    layer = layout.layers[k]
+    out: PayloadSpec = {
+        f"l{k}_weight": ((layer.out_features, layer.in_features), dtype),
+        f"l{k}_bias": ((layer.out_features,), dtype),
+    }
+    if layer.norm:
+        out.update(norm_payload_spec(layout, k, dtype))
     return out
 
 
@@ -72,12 +81,20 @@ def norm_params(norm: nn.LayerNorm, k: int, dtype: torch.dtype = FLOAT32) -> Pay
 def float_payload(trunk: nn.Sequential, layout: TrunkLayout, dtype: torch.dtype) -> Payload:
     """Every weight, bias and norm parameter of an fp32 trunk, copied at ``dtype``."""
     payload: Payload = {}
-    for k, layer in enumerate(layout.layers):
-        linear = layout.linear(trunk, k)
-        payload[f"l{k}_weight"] = linear.weight.detach().to(dtype, copy=True)
-        payload[f"l{k}_bias"] = bias_of(linear).to(dtype, copy=True)
-        if layer.norm:
-            payload.update(norm_params(layout.norm(trunk, k), k, dtype))
+    for k in range(layout.num_layers):
+        payload.update(float_layer(trunk, layout, k, dtype))
+    return payload
+
+
+def float_layer(trunk: nn.Sequential, layout: TrunkLayout, k: int, dtype: torch.dtype) -> Payload:
+    """Layer ``k``'s weight, bias and norm parameters of an fp32 trunk, copied at ``dtype``."""
+    linear = layout.linear(trunk, k)
+    payload: Payload = {
+        f"l{k}_weight": linear.weight.detach().to(dtype, copy=True),
+        f"l{k}_bias": bias_of(linear).to(dtype, copy=True),
+    }
+    if layout.layers[k].norm:
+        payload.update(norm_params(layout.norm(trunk, k), k, dtype))
     return payload
 
 
@@ -99,14 +116,18 @@ def plain_norm(layout: TrunkLayout, payload: Payload, k: int) -> nn.LayerNorm:
 
 def assemble(layout: TrunkLayout, payload: Payload, linear: Callable[[int], nn.Module]) -> nn.Sequential:
     """``linear(k) -> [LayerNorm from the payload] -> [activation]`` for every layer."""
-    modules: list[nn.Module] = []
-    for k, layer in enumerate(layout.layers):
-        modules.append(linear(k))
-        if layer.norm:
-            modules.append(plain_norm(layout, payload, k))
-        if layer.activation is not None:
-            modules.append(ACTIVATIONS[layer.activation]())
-    return nn.Sequential(*modules)
+    return nn.Sequential(*(m for k in range(layout.num_layers) for m in layer_modules(layout, payload, k, linear(k))))
+
+
+def layer_modules(layout: TrunkLayout, payload: Payload, k: int, linear: nn.Module) -> list[nn.Module]:
+    """``linear -> [LayerNorm from the payload] -> [activation]``: layer ``k`` around its ``Linear``."""
+    layer = layout.layers[k]
+    modules = [linear]
+    if layer.norm:
+        modules.append(plain_norm(layout, payload, k))
+    if layer.activation is not None:
+        modules.append(ACTIVATIONS[layer.activation]())
+    return modules
 
 
 def plain_trunk(layout: TrunkLayout, payload: Payload, weights: list[torch.Tensor] | None = None) -> nn.Sequential:

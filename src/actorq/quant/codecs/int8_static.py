@@ -1,4 +1,9 @@
-"""``quant.bits=8, mode=static``: every layer in int8, activation ranges calibrated (torch.ao).
+"""``quant.format=int8_static``: every layer in int8, the output layer included, activation
+ranges calibrated (torch.ao).
+
+The int8 static recipe up to now; ``quant.bits=8, mode=static`` selects
+:mod:`~actorq.quant.codecs.int8_static_fp32_output` (this one for every layer but the output
+one, which stays fp32), whose greedy actions keep the fp32 policy's.
 
 Runs ``Linear -> [LayerNorm] -> [ReLU]`` blocks: a ReLU right after a Linear is fused into it,
 a ReLU after a LayerNorm runs on the quantized tensor. Other activations have no int8 kernel
@@ -25,6 +30,7 @@ class Int8Static(Codec):
     bits = (8,)
     modes = ("static",)
     bits_help = "8 (int8)"
+    implicit = False  # quant.bits=8 mode=static runs int8_static_fp32_output
     int8_kernels = True
     calibrated = True
 
