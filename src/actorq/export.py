@@ -38,7 +38,8 @@ from torch import nn
 
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
-from actorq.quant import QuantizedNetwork, QuantSpec
+from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
+from actorq.quant.codecs import registered
 
 METADATA_FILE = "actorq.json"
 
@@ -122,7 +123,7 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
     if bits is None and quant.bits != 32 and "payload" in state:
-        quantized = QuantizedNetwork.template_for(network, quant)
+        quantized = QuantizedNetwork.template_for(network, payload_format(quant, network, state["payload"]))
         quantized.load_payload(state["payload"])
         return quantized
     if bits is not None:
@@ -131,6 +132,22 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
         quant = QuantSpec(bits=8, mode="dynamic")
     calibration = random_observations(env, quant.calibration_samples)
     return QuantizedNetwork.from_network(network, quant, calibration)
+
+
+def payload_format(quant: QuantSpec, network: nn.Module, payload: dict) -> QuantSpec:
+    """``quant``, or the same precision in the codec that wrote ``payload``.
+
+    A checkpoint stores its spec as configured (``format: null``), so one written before
+    ``quant.bits=8 mode=static`` kept the output layer in fp32 holds an all-int8 payload
+    (``int8_static``); this finds the codec serving those bits and mode whose payload it is.
+    """
+    layout = TrunkLayout.from_trunk(network.trunk)
+    candidates = [quant] + [dataclasses.replace(quant, format=codec.name) for codec in registered()
+                            if quant.format is None and codec.serves(quant)]
+    for candidate in candidates:
+        if set(candidate.codec.payload_spec(layout, candidate)) == set(payload):
+            return candidate
+    return quant  # load_payload says what does not fit
 
 
 def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | None = None) -> Path:
