@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from actorq.bench import actors, learner, learning
+from actorq.bench import actors, learner, learning, recipes
 
 
 @pytest.mark.parametrize("module", [learner, actors])
@@ -24,8 +24,19 @@ def test_learning_benchmark_pairs_fp32_and_int8(tmp_path):
     assert all(row["frames"] >= 1000 for row in rows)
 
 
+def test_recipes_benchmark_quantizes_one_trained_network_per_run(tmp_path):
+    args = ["--quick", "--experiments", "dqn_cartpole", "--seeds", "0", "--runs-dir", str(tmp_path / "runs")]
+    rows = recipes.main([*args, "--out", str(tmp_path / "r.json")])
+    assert [row["recipe"] for row in rows] == ["fp32", *recipes.RECIPES]
+    assert all(row["return"] > 0 for row in rows)
+    trained = tmp_path / "runs" / "dqn_cartpole-seed0" / "trained.pt"
+    written = trained.stat().st_mtime_ns
+    again = recipes.main([*args, "--recipes", "int8_static", "--out", ""])  # reuses it: no training
+    assert trained.stat().st_mtime_ns == written and again[1]["return"] == rows[1]["return"]
+
+
 def test_dispatcher_lists_benchmarks_and_rejects_unknown_names():
     result = subprocess.run([sys.executable, "-m", "actorq.bench", "nope"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    for name in ("learner", "inference", "actors", "replay", "learning"):
+    for name in ("learner", "inference", "actors", "replay", "learning", "recipes"):
         assert name in result.stderr
