@@ -60,6 +60,35 @@ def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):
     assert len(checkpoint["lr_schedulers"]) == 1  # dqn decays its learning rate
 
 
+def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes():
+    """A quantized copy that acts exactly as the fp32 policy scores exactly its return; later
+    evaluations see other episodes."""
+    from types import SimpleNamespace
+
+    from actorq.envs import make_env
+
+    def lean_towards_the_pole(observation):  # returns of a few dozen, varying with the start state
+        return (observation[..., 2] > 0).long()
+
+    class SameActions(torch.nn.Module):  # the "quantized" copy: the same action, as two Q-values
+        def forward(self, observation):
+            action = lean_towards_the_pole(observation)
+            return torch.nn.functional.one_hot(action, 2).float()
+
+    experience = SimpleNamespace(
+        seed=0, quant=SimpleNamespace(bits=8), actor_policy=SimpleNamespace(network=SameActions()),
+        make_env=lambda seed: make_env("CartPole-v1", seed=seed, library="gymnasium"),
+    )
+    learner = SimpleNamespace(act=lean_towards_the_pole, frames=0, spec=SimpleNamespace(discrete=True))
+    evaluation = Evaluation(every_frames=10, episodes=5)
+    trainer = SimpleNamespace(datamodule=experience, logger=None)
+    for frames in (10, 20, 30):
+        learner.frames = frames
+        evaluation.evaluate(trainer, learner)
+    assert evaluation.history_quant == evaluation.history
+    assert len({mean for _, mean in evaluation.history}) == 3, evaluation.history
+
+
 def test_evaluation_validates_arguments():
     import pytest
 

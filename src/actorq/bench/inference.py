@@ -1,8 +1,10 @@
 """``python -m actorq.bench inference``: microseconds per actor forward at each precision.
 
 One thread (as in each actor process), policies ``17 -> W -> W -> W -> 6`` with a tanh head,
-fp32 vs bf16 vs int8 static vs int8 dynamic, and what ``quant.bits=auto`` picks for that
-width and batch (measured again here next to the others). Ratios are speedups over fp32.
+fp32 vs bf16 vs int8 static (the default recipe, output layer in fp32) vs int8 static with
+every layer in int8 (``quant.format=int8_static``) vs int8 dynamic, and what
+``quant.bits=auto`` picks for that width and batch (measured again here next to the others).
+Ratios are speedups over fp32.
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
@@ -27,7 +29,8 @@ WIDTHS, BATCHES = (256, 1024, 2048), (1, 16, 256)
 QUICK_WIDTHS, QUICK_BATCHES = (64, 256), (1, 16)
 CANDIDATES = {
     "bf16": QuantSpec(bits=16),
-    "static": QuantSpec(bits=8, mode="static"),
+    "static": QuantSpec(bits=8, mode="static"),  # the output layer in fp32 (the default recipe)
+    "static_all_int8": QuantSpec(bits=8, format="int8_static"),  # the output layer in int8 too
     "dynamic": QuantSpec(bits=8, mode="dynamic"),
 }
 TARGET_INT8_AT_2048 = 5.0
