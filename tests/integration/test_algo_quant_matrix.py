@@ -24,7 +24,10 @@ PRECISIONS = {
     "4bit": ("quant.bits=4", "quant.mode=dynamic"),
     # A policy wide enough (1024) that int8 is measurably faster than fp32 at batch 1, so
     # `auto` takes the quantized path (at 32 wide it keeps fp32 and would test nothing).
-    "auto": ("quant.bits=auto",),
+    # An untrained Q-network's two Q-values are nearly tied everywhere (median gap 0.03), so
+    # int8 flips 0-6% of its greedy actions on random observations, about the default 5%
+    # tolerance (both int8 static recipes alike, depending on the seed): allow 10% here.
+    "auto": ("quant.bits=auto", "quant.auto_tolerance=0.1"),
 }
 WIDE_POLICY = {"dqn": "algo.hidden=[1024,1024]", "sac": "algo.actor_hidden=[1024,1024]",
                "td3": "algo.actor_hidden=[1024,1024]"}
