@@ -43,8 +43,8 @@ def test_report_of_a_sweep_has_the_table_and_plots(sweep, tmp_path):
     report = (out / "report.md").read_text()
     assert "## DQN on CartPole-v1 (dqn_cartpole)" in report
     rows = table_rows(report)
-    assert set(rows) == {"fp32", "int8 static per_channel fp32-output"}
-    fp32, int8 = rows["fp32"], rows["int8 static per_channel fp32-output"]
+    assert set(rows) == {"fp32", "int8 static per_channel fp32-ends"}
+    fp32, int8 = rows["fp32"], rows["int8 static per_channel fp32-ends"]
     assert fp32["seeds"] == int8["seeds"] == "1 of 1 completed"
     assert fp32["speedup vs fp32"] == "1.00x"
     assert int8["int8 policy's own return"] != "—" and fp32["int8 policy's own return"] == "—"
@@ -76,10 +76,10 @@ def test_crashed_and_missing_runs_are_reported_not_averaged(sweep, tmp_path):
     report = (copy / "report.md").read_text()
     rows = table_rows(report)
     assert rows["fp32"]["seeds"] == "1 of 2 completed (1 missing/crashed)"
-    assert rows["int8 static per_channel fp32-output"]["seeds"] == "0 of 1 completed (1 missing/crashed)"
-    assert rows["int8 static per_channel fp32-output"]["final return"] == "—"
+    assert rows["int8 static per_channel fp32-ends"]["seeds"] == "0 of 1 completed (1 missing/crashed)"
+    assert rows["int8 static per_channel fp32-ends"]["final return"] == "—"
     crashed = report.split("## Missing or crashed runs")[1]
-    assert f"`{int8_run}`: DQN on CartPole-v1, int8 static per_channel fp32-output, seed 0: crashed (no summary.json)" in crashed
+    assert f"`{int8_run}`: DQN on CartPole-v1, int8 static per_channel fp32-ends, seed 0: crashed (no summary.json)" in crashed
     assert f"`{died}`: DQN on CartPole-v1, fp32, seed 5: crashed (no summary.json)" in crashed
 
 

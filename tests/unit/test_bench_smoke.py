@@ -20,7 +20,7 @@ def test_benchmark_quick_run_writes_json(module, tmp_path):
 def test_learning_benchmark_pairs_fp32_and_int8(tmp_path):
     rows = learning.main(["--quick", "--experiments", "dqn_cartpole", "--out", str(tmp_path / "l.json"),
                           "--runs-dir", str(tmp_path / "runs")])
-    assert [row["actors"] for row in rows] == ["fp32", "int8 static per_channel fp32-output"]
+    assert [row["actors"] for row in rows] == ["fp32", "int8 static per_channel fp32-ends"]
     assert all(row["frames"] >= 1000 for row in rows)
 
 

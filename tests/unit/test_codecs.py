@@ -17,7 +17,7 @@ from actorq.quant.codecs import unregister
     [
         (QuantSpec(bits=32), "fp32", "fp32"),
         (QuantSpec(bits=16), "bf16", "bf16"),
-        (QuantSpec(bits=8, mode="static"), "int8_static_fp32_output", "int8 static per_channel fp32-output"),
+        (QuantSpec(bits=8, mode="static"), "int8_static_fp32_ends", "int8 static per_channel fp32-ends"),
         (QuantSpec(bits=8, format="int8_static"), "int8_static", "int8 static per_channel"),
         (QuantSpec(bits=8, mode="dynamic", granularity="per_tensor"), "int8_dynamic", "int8 dynamic per_tensor"),
         (QuantSpec(bits=4, mode="dynamic"), "simulated", "4-bit simulated per_channel"),
@@ -31,7 +31,7 @@ def test_each_spec_has_one_codec_that_describes_it(spec, name, described):
 
 def test_builtins_in_order_and_the_bits_message_comes_from_them():
     assert [c.name for c in registered()] == [
-        "fp32", "bf16", "int8_static", "int8_static_fp32_output", "int8_dynamic", "simulated"
+        "fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "simulated"
     ]
     assert bits_help() == "32 (fp32), 16 (bf16), 8 (int8), 2..7 (simulated)"
 
@@ -46,7 +46,7 @@ def test_properties_come_from_the_codec():
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [
-        ({"bits": 8, "format": "nope"}, "quant.format must be one of fp32, bf16, int8_static, int8_static_fp32_output, int8_dynamic, simulated"),
+        ({"bits": 8, "format": "nope"}, "quant.format must be one of fp32, bf16, int8_static, int8_static_fp32_ends, int8_dynamic, simulated"),
         ({"bits": 32, "format": "bf16"}, "quant.format=bf16 serves quant.bits=16, got 32"),
         ({"bits": 8, "mode": "static", "format": "int8_dynamic"}, "needs quant.mode=dynamic"),
         ({"bits": "auto", "format": "fp32"}, "drop quant.format"),
@@ -125,9 +125,9 @@ def test_a_new_observer_is_one_table_entry(monkeypatch):
             self.trunk, self.head = mlp(5, (16, 16), 2), torch.nn.Identity()
 
     payload = quantize(Policy(), spec, calibration=torch.randn(64, 5))
-    # the trunk default, the input, the first hidden LinearReLU: 7 bits; the second one feeds
-    # the fp32 output layer, not an int8 kernel: full 8 bits
-    assert calls == [True, True, True, False]
+    # the first and last Linear stay fp32; the trunk default and the input of the one between
+    # them: 7 bits; its output feeds the fp32 last Linear, not an int8 kernel: full 8 bits
+    assert calls == [True, True, False]
     assert set(payload) == set(spec.codec.payload_spec(TrunkLayout(sizes=(5, 16, 16, 2)), spec))
 
 

@@ -46,7 +46,7 @@ def test_candidates_keep_the_configured_observer_and_granularity():
     spec = QuantSpec(bits="auto", observer="fixed", granularity="per_tensor")
     candidates = candidate_specs(spec)
     assert candidates["fp32"].bits == 32 and candidates["bf16"].bits == 16
-    assert candidates["int8_static_fp32_output"].observer == "fixed"
+    assert candidates["int8_static_fp32_ends"].observer == "fixed"
     assert candidates["int8_dynamic"].granularity == "per_tensor"
 
 
@@ -79,8 +79,8 @@ def test_width_1024_batch_16_picks_int8_and_its_own_network_is_really_faster():
     spec = QuantSpec(bits="auto")
     choice = select_precision(actor, spec, batch_size=16, observations=observations, iterations=60)
     assert set(choice.timings_us) == set(candidate_specs(spec))
-    assert {"fp32", "bf16", "int8_static_fp32_output", "int8_dynamic"} <= set(choice.timings_us)
-    assert choice.name in ("int8_static_fp32_output", "int8_dynamic"), choice.timings_us
+    assert {"fp32", "bf16", "int8_static_fp32_ends", "int8_dynamic"} <= set(choice.timings_us)
+    assert choice.name in ("int8_static_fp32_ends", "int8_dynamic"), choice.timings_us
     # The returned spec is the candidate of the reported name, and its codec formats exactly that.
     assert choice.spec == candidate_specs(spec)[choice.name]
     assert choice.spec.codec.name == choice.name and choice.spec.is_int8

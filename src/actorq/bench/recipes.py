@@ -35,7 +35,7 @@ from actorq.quant import QuantizedNetwork, QuantSpec, action_error
 
 RECIPES = {
     "int8_static": QuantSpec(bits=8, format="int8_static"),  # every layer int8 (the previous default)
-    "int8_static_fp32_output": QuantSpec(bits=8, mode="static"),  # the default
+    "int8_static_fp32_ends": QuantSpec(bits=8, mode="static"),  # the default: first and last layer fp32
     "int8_dynamic": QuantSpec(bits=8, mode="dynamic"),
 }
 EVAL_SEED_OFFSET = 10_000  # Evaluation's default seed_offset

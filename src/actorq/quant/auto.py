@@ -43,7 +43,7 @@ class PrecisionChoice:
 
     Attributes:
         name: the chosen candidate, a codec's name (``"fp32"``, ``"bf16"``,
-            ``"int8_static_fp32_output"``, ``"int8_dynamic"``), with ``_onednn`` for that engine.
+            ``"int8_static_fp32_ends"``, ``"int8_dynamic"``), with ``_onednn`` for that engine.
         spec: the concrete precision to run.
         timings_us: median microseconds per forward of every candidate.
         action_errors: :func:`~actorq.quant.action_error` of every candidate vs fp32.
@@ -149,7 +149,7 @@ def resolve_precision(
     Example:
         >>> spec, choice = resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
         >>> spec.describe(), choice
-        ('int8 static per_channel fp32-output', None)
+        ('int8 static per_channel fp32-ends', None)
     """
     if not spec.is_auto:
         return spec, None

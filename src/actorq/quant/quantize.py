@@ -11,8 +11,10 @@ Example:
     >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> actor = DeterministicActor(spec, hidden=(64, 64))
     >>> payload = quantize(actor, QuantSpec(bits=8, mode="static"), calibration=torch.randn(256, 3))
-    >>> payload["l0_weight"].dtype, payload["l0_weight_scale"].shape, payload["input_scale"].dtype
+    >>> payload["l1_weight"].dtype, payload["l1_weight_scale"].shape, payload["input_scale"].dtype
     (torch.int8, torch.Size([64]), torch.float32)
+    >>> payload["l0_weight"].dtype, payload["l2_weight"].dtype  # the default keeps the ends fp32
+    (torch.float32, torch.float32)
 """
 
 from __future__ import annotations

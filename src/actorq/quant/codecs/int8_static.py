@@ -2,8 +2,8 @@
 ranges calibrated (torch.ao).
 
 The int8 static recipe up to now; ``quant.bits=8, mode=static`` selects
-:mod:`~actorq.quant.codecs.int8_static_fp32_output` (this one for every layer but the output
-one, which stays fp32), whose greedy actions keep the fp32 policy's.
+:mod:`~actorq.quant.codecs.int8_static_fp32_ends` (this one for the layers between the first
+and the last, which stay fp32), whose int8 policies keep the fp32 policies' returns.
 
 Runs ``Linear -> [LayerNorm] -> [ReLU]`` blocks: a ReLU right after a Linear is fused into it,
 a ReLU after a LayerNorm runs on the quantized tensor. Other activations have no int8 kernel
@@ -30,7 +30,7 @@ class Int8Static(Codec):
     bits = (8,)
     modes = ("static",)
     bits_help = "8 (int8)"
-    implicit = False  # quant.bits=8 mode=static runs int8_static_fp32_output
+    implicit = False  # quant.bits=8 mode=static runs int8_static_fp32_ends
     int8_kernels = True
     calibrated = True
 
