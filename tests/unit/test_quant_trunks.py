@@ -107,14 +107,17 @@ def test_every_codec_that_runs_a_trunk_stays_close_to_fp32(trunk_name, spec_name
 
 
 @pytest.mark.parametrize("observer", ["learned", "fixed"])
-def test_int8_static_refuses_tanh_naming_the_module(observer, observations):
+@pytest.mark.parametrize(("format", "index"), [(None, 3), ("int8_static", 1)])
+def test_int8_static_refuses_tanh_naming_the_module(observer, format, index, observations):
+    """The default keeps the first and last Linear (and what follows them) in fp32, so its
+    first refusal is the Tanh after the second Linear; every layer int8: the first Tanh."""
     policy = _policy("tanh")
-    spec = QuantSpec(bits=8, mode="static", observer=observer)
-    with pytest.raises(ConfigError, match=r"quant.mode=static .* trunk\[1\] is Tanh"):
+    spec = QuantSpec(bits=8, mode="static", observer=observer, format=format)
+    with pytest.raises(ConfigError, match=rf"quant.mode=static .* trunk\[{index}\] is Tanh"):
         quantize(policy, spec, calibration=observations)
-    with pytest.raises(ConfigError, match=r"trunk\[1\] is Tanh"):
+    with pytest.raises(ConfigError, match=rf"trunk\[{index}\] is Tanh"):
         QuantizedNetwork.template_for(policy, spec)
-    with pytest.raises(ConfigError, match=r"trunk\[1\] is Tanh"):
+    with pytest.raises(ConfigError, match=rf"trunk\[{index}\] is Tanh"):
         reference_module(policy, spec, observations)
 
 

@@ -19,7 +19,7 @@ from actorq.errors import ConfigError
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
-from actorq.quant.layout import ACTIVATIONS
+from actorq.quant.layout import ACTIVATIONS, TrunkLayout
 
 QPARAMS = {"scale": ((1,), torch.float32), "zero_point": ((1,), torch.int32)}
 
@@ -39,13 +39,7 @@ class Int8Static(Codec):
         return f"int8 static {spec.granularity}{engine}"
 
     def check_layout(self, layout):
-        for k, layer in enumerate(layout.layers):
-            if layer.activation not in (None, "relu"):
-                index = layout.module_index(k) + 1 + layer.norm
-                raise ConfigError(
-                    f"quant.mode=static runs Linear -> [LayerNorm] -> [ReLU] blocks only; trunk[{index}] is "
-                    f"{ACTIVATIONS[layer.activation].__name__}: use quant.mode=dynamic, quant.bits=16 or 32"
-                )
+        check_static_blocks(layout, range(layout.num_layers))
 
     def payload_spec(self, layout, spec):
         self.check_layout(layout)
@@ -94,3 +88,15 @@ class Int8Static(Codec):
 
     def reference(self, trunk, spec, calibration):
         return _ao.convert_static(trunk, calibration, spec)
+
+
+def check_static_blocks(layout: TrunkLayout, layers: range) -> None:
+    """``ConfigError`` naming the module unless these layers are ``Linear -> [LayerNorm] -> [ReLU]``."""
+    for k in layers:
+        layer = layout.layers[k]
+        if layer.activation not in (None, "relu"):
+            index = layout.module_index(k) + 1 + layer.norm
+            raise ConfigError(
+                f"quant.mode=static runs Linear -> [LayerNorm] -> [ReLU] blocks only; trunk[{index}] is "
+                f"{ACTIVATIONS[layer.activation].__name__}: use quant.mode=dynamic, quant.bits=16 or 32"
+            )

@@ -35,7 +35,7 @@ from torch import nn
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import FLOAT32, float_layer, float_layer_spec, layer_modules, plain_linear
-from actorq.quant.codecs.int8_static import Int8Static
+from actorq.quant.codecs.int8_static import Int8Static, check_static_blocks
 from actorq.quant.layout import TrunkLayout
 
 # The layers between the ends are an int8 static trunk of their own, run by that codec; its
@@ -58,8 +58,7 @@ class Int8StaticFp32Ends(Codec):
         return f"int8 static {spec.granularity} fp32-ends{engine}"
 
     def check_layout(self, layout):
-        if _has_middle(layout):
-            _INT8_STATIC.check_layout(_middle(layout))
+        check_static_blocks(layout, range(1, layout.num_layers - 1))
 
     def payload_spec(self, layout, spec):
         last = layout.num_layers - 1
