@@ -11,6 +11,7 @@ BENCHMARKS = {
     "actors": "env frames/s of real collector workers, fp32 vs int8 policy",
     "replay": "prioritized replay vs cpprb and TorchRL",
     "learning": "reference learning runs, fp32 vs int8 actors, side by side",
+    "regime": "where int8 actors pay here: predicted speedup map, checked by real runs",
 }
 
 
