@@ -21,7 +21,7 @@ measures both sides here, for TD3 on ``--env`` (cheetah-run) with a ``W x W x W`
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
     python -m actorq.bench regime [--quick] [--widths 256 1024 2048]
-        [--update-to-data 0.0625 0.25 1] [--check 2048:0.0625 256:1] [--plot FILE.png]
+        [--update-to-data 0.0039 0.0625 1] [--check 2048:0.00390625] [--plot FILE.png]
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def heatmap(rows: list[dict], widths: list[int], ratios: list[float], path: Path
     axes.set_ylabel("actor MLP")
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
-            axes.text(j, i, f"{value:.2f}x", ha="center", va="center", color="white" if value < 1.5 else "black")
+            light = image.norm(value) > 0.5  # viridis runs from dark to light
+            axes.text(j, i, f"{value:.2f}x", ha="center", va="center", color="black" if light else "white")
     figure.colorbar(image, label="predicted int8 / fp32 frames/s")
     axes.set_title("Where int8 actors pay (TD3, this machine)")
     figure.tight_layout()
@@ -139,8 +140,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actorq.bench regime", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
     parser.add_argument("--widths", type=int, nargs="+", default=[256, 1024, 2048])
-    parser.add_argument("--update-to-data", type=float, nargs="+", default=[0.0625, 0.125, 0.25, 0.5, 1.0])
-    parser.add_argument("--check", nargs="*", default=["2048:0.0625", "256:1.0"],
+    parser.add_argument("--update-to-data", type=float, nargs="+", default=[1 / 256, 1 / 64, 1 / 16, 0.25, 1.0],
+                        help="learner updates per collected frame (x batch 256 = samples per insert)")
+    parser.add_argument("--check", nargs="*", default=["2048:0.00390625", "2048:0.25"],
                         help="WIDTH:UPDATE_TO_DATA cells to check with real fp32 and int8 runs")
     parser.add_argument("--check-seconds", type=float, default=40.0, help="rough length of each real run")
     parser.add_argument("--batches", type=int, default=6, help="timed batches per measurement")
@@ -179,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                          "actor_fps_fp32": actors["fp32"], "actor_fps_int8": actors["int8"],
                          "learner_ups": updates, "predicted_fps_fp32": fp32, "predicted_fps_int8": int8,
                          "predicted_speedup": int8 / fp32, "bound": "actors" if fp32 < updates / ratio
-                         else "learner", "measured_speedup": float("nan")})
+                         else "learner", "measured_fps_fp32": float("nan"), "measured_fps_int8": float("nan"),
+                         "measured_speedup": float("nan")})
     runs_dir = Path(tempfile.mkdtemp(prefix="actorq-regime-"))
     for cell in args.check:
         width, ratio = int(cell.split(":")[0]), float(cell.split(":")[1])
@@ -195,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         row.update(measured_speedup=measured["speedup"], measured_fps_fp32=measured["fp32_fps"],
                    measured_fps_int8=measured["int8_fps"])
     report(f"regime: predicted (and measured) int8/fp32 frames/s, TD3 on {args.env}, batch {BATCH_SIZE}",
-           [{k: v for k, v in row.items() if not k.startswith("measured_fps")} for row in rows], args.out or None)
+           rows, args.out or None)
     if args.plot:
         heatmap(rows, args.widths, args.update_to_data, Path(args.plot))
         print(f"Heatmap: {args.plot}")
