@@ -2,7 +2,7 @@
 
 The actors are the real thing: TorchRL collector worker processes (one thread each)
 stepping ``--env`` (cheetah-run) with a ``17 -> W -> W -> W -> 6`` policy, for every policy
-width ``W``, envs per worker and precision (fp32, int8 static, int8 dynamic; the quantized
+width ``W``, envs per worker and precision (fp32, int8 static, int8 dynamic, auto; the quantized
 policy built with ``QuantizedNetwork.from_network`` as the trainer builds it). The main
 process only drains batches, so the rate is what one worker can supply.
 
