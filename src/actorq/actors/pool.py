@@ -206,24 +206,31 @@ class _Collector(MultiAsyncCollector):
         return idx, j, out
 
     def check_workers(self) -> None:
-        """Raises :class:`_WorkerFailed` for the first worker found dead."""
+        """Raises :class:`_WorkerFailed` for the first worker that reported an exception (its
+        process may linger: TorchRL's weight-receiver thread keeps it alive) or is dead."""
+        self._read_errors(wait=0.0)
+        for worker in sorted(self.causes):
+            raise _WorkerFailed(worker, self.causes[worker])
         for worker, process in enumerate(self.procs):
             if not process._closed and not process.is_alive():
                 raise _WorkerFailed(worker, self.cause(worker, process.exitcode))
 
     def cause(self, worker: int, exitcode: int | None) -> str:
         """What ended ``worker``: the exception it reported, else its signal or exit code."""
-        while True:
-            try:
-                reporter, message = self.errors.get(timeout=0.2)
-            except (queue.Empty, OSError, ValueError):
-                break
-            self.causes.setdefault(reporter, message)
+        self._read_errors(wait=0.2)
         if worker in self.causes:
             return self.causes[worker]
         if exitcode is not None and exitcode < 0:
             return f"killed by signal {signal.Signals(-exitcode).name}"
         return f"exited with code {exitcode}"
+
+    def _read_errors(self, wait: float) -> None:
+        while True:
+            try:
+                reporter, message = self.errors.get(timeout=wait) if wait else self.errors.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            self.causes.setdefault(reporter, message)
 
     def in_flight_frames(self) -> int:
         """Frames the workers collected that have not arrived (lost if the pool stops now)."""
