@@ -13,13 +13,11 @@ Env names (``library="faults"``):
   built (episodes of :data:`EPISODE` steps do not reset it). So the frames one worker
   collected are exactly ``t = 0, 1, 2, ...`` with nothing missing.
 - ``"fail-w{W}-s{S}"``: the same, but the env on worker ``W`` raises ``RuntimeError`` at its
-  step ``S``, once per directory named by the ``ACTORQ_TEST_FAULTS_ONCE`` environment
-  variable when that is set (so a restarted worker goes on), every time otherwise.
+  step ``S`` (again after every restart).
 """
 
 from __future__ import annotations
 
-import os
 import re
 
 import gymnasium
@@ -33,7 +31,6 @@ from actorq.actors.pool import worker_index
 from actorq.envs import EnvSuite, register_suite, suites
 
 EPISODE = 50
-ONCE_DIR = "ACTORQ_TEST_FAULTS_ONCE"
 
 
 class Counting(gymnasium.Env):
@@ -52,7 +49,7 @@ class Counting(gymnasium.Env):
         return self._observation(), {}
 
     def step(self, action):
-        if self.t == self.fail_step and worker_index() == self.fail_worker and _first_time():
+        if self.t == self.fail_step and worker_index() == self.fail_worker:
             raise RuntimeError(f"injected fault at step {self.t}")
         self.t += 1
         self.episode_t += 1
@@ -61,17 +58,6 @@ class Counting(gymnasium.Env):
     def _observation(self):
         worker = worker_index()
         return np.array([-1.0 if worker is None else float(worker), float(self.t)])
-
-
-def _first_time() -> bool:
-    directory = os.environ.get(ONCE_DIR)
-    if directory is None:
-        return True
-    try:
-        os.close(os.open(os.path.join(directory, "fault-injected"), os.O_CREAT | os.O_EXCL))
-    except FileExistsError:
-        return False
-    return True
 
 
 if "faults" not in suites():

@@ -411,6 +411,9 @@ class ActorPool:
             self._dropped_before += old.in_flight_frames()
         self._dropped_before += old.dropped_frames
         old.dropped_frames = 0
+        process = old.procs[failure.worker]
+        if not process._closed and process.is_alive():  # its env raised; it cannot answer "close"
+            process.kill()
         old.shutdown(timeout=5.0, raise_on_error=False)
         if not self.restart_on_failure:
             raise ActorWorkerError(failure.worker, failure.cause, " (actors.restart_on_failure=false)") from None
