@@ -4,8 +4,11 @@ env that raises on a chosen worker at a chosen step (``tests/component/fault_env
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -111,23 +114,49 @@ def test_a_killed_worker_is_restarted_with_the_current_weights(no_stray_workers,
                    for pid in first_pids)
 
 
-@pytest.mark.timeout(120)
-def test_a_push_to_a_dead_worker_raises_when_restarts_are_off(no_stray_workers):
-    """TorchRL's push waits for every worker's acknowledgement without a timeout."""
+DEAD_WORKER_PUSH = """
+import os, signal, sys
+from actorq.actors.pool import ActorPool
+from tests.component.fault_envs import ConstantAction
+
+if __name__ == "__main__":
     policy = ConstantAction(1.0)
     pool = ActorPool("count", policy, num_workers=2, frames_per_batch=50, total_frames=10_000,
                      library="faults", restart_on_failure=False)
+    next(iter(pool))
+    print(*[process.pid for process in pool.collector.procs], flush=True)
+    process = pool.collector.procs[1]
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(5)
+    pool.push(policy)  # raises; nothing catches it, and the pool is still referenced at exit
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_push_to_a_dead_worker_ends_the_run_when_restarts_are_off(tmp_path):
+    """TorchRL's push waits for every worker's acknowledgement without a timeout. Here it
+    raises, and a run that ends with that error exits (TorchRL's weight-sync scheme, left to
+    garbage collection at exit, hung the process) with no worker left."""
+    script = tmp_path / "dead_worker_push.py"
+    script.write_text(DEAD_WORKER_PUSH)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.Popen([sys.executable, str(script)], cwd=root, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        next(iter(pool))
-        process = pool.collector.procs[1]
-        os.kill(process.pid, signal.SIGKILL)
-        process.join(5)
-        error = push_within(pool, policy, seconds=10)
+        stdout, stderr = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)  # the run and its workers
+        stdout, stderr = run.communicate()
+        pytest.fail(f"the run did not end within 60 s:\n{stdout}\n{stderr[-2000:]}")
     finally:
-        pool.shutdown()
-    assert isinstance(error, ActorWorkerError) and error.worker == 1
-    assert str(error) == ("actor worker 1 failed: killed by signal SIGKILL "
-                          "(actors.restart_on_failure=false)")
+        workers = [psutil.Process(int(pid)) for pid in (stdout or "").split()[:2] if psutil.pid_exists(int(pid))]
+        for worker in workers:
+            worker.kill()
+    assert run.returncode == 1, stderr[-2000:]
+    assert ("ActorWorkerError: actor worker 1 failed: killed by signal SIGKILL "
+            "(actors.restart_on_failure=false)") in stderr
+    assert workers == [], "actor processes outlived the run"
 
 
 @pytest.mark.timeout(120)
