@@ -115,67 +115,80 @@ def test_a_killed_worker_is_restarted_with_the_current_weights(no_stray_workers,
 
 
 DEAD_WORKER_PUSH = """
-import os, signal, sys
+import os, signal
+
 from actorq.actors.pool import ActorPool
 from tests.component.fault_envs import ConstantAction
 
-if __name__ == "__main__":
+
+def test_push_to_a_dead_worker():
     policy = ConstantAction(1.0)
     pool = ActorPool("count", policy, num_workers=2, frames_per_batch=50, total_frames=10_000,
                      library="faults", restart_on_failure=False)
     next(iter(pool))
-    print(*[process.pid for process in pool.collector.procs], flush=True)
+    print("WORKERS", *[process.pid for process in pool.collector.procs], flush=True)
     process = pool.collector.procs[1]
     os.kill(process.pid, signal.SIGKILL)
     process.join(5)
-    pool.push(policy)  # raises; nothing catches it, and the pool is still referenced at exit
+    pool.push(policy)  # raises: the test fails, and its report keeps the pool until exit
 """
 
 
 @pytest.mark.timeout(120)
-def test_a_push_to_a_dead_worker_ends_the_run_when_restarts_are_off(tmp_path):
-    """TorchRL's push waits for every worker's acknowledgement without a timeout. Here it
-    raises, and a run that ends with that error exits (TorchRL's weight-sync scheme, left to
-    garbage collection at exit, hung the process) with no worker left."""
-    script = tmp_path / "dead_worker_push.py"
-    script.write_text(DEAD_WORKER_PUSH)
+def test_a_push_to_a_dead_worker_fails_and_the_process_exits(tmp_path):
+    """TorchRL's push waits for every worker's acknowledgement without a timeout; here it
+    raises. Run as a failing test in a pytest of its own: TorchRL's weight-sync scheme, kept
+    alive by the failure report until the interpreter exits, hung that exit (its ``__del__``
+    starts a queue thread then) unless the pool had shut it down. No worker may be left."""
+    (tmp_path / "test_dead_worker_push.py").write_text(DEAD_WORKER_PUSH)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.Popen([sys.executable, str(script)], cwd=root, env=env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                            "--rootdir", str(tmp_path), "test_dead_worker_push.py"],
+                           cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        stdout, stderr = run.communicate(timeout=60)
+        output, _ = run.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(run.pid, signal.SIGKILL)  # the run and its workers
-        stdout, stderr = run.communicate()
-        pytest.fail(f"the run did not end within 60 s:\n{stdout}\n{stderr[-2000:]}")
+        output, _ = run.communicate()
+        pytest.fail(f"the process did not exit within 60 s:\n{output[-3000:]}")
     finally:
-        workers = [psutil.Process(int(pid)) for pid in (stdout or "").split()[:2] if psutil.pid_exists(int(pid))]
+        pids = next((line.split()[1:] for line in (output or "").splitlines() if line.startswith("WORKERS")), [])
+        workers = [psutil.Process(int(pid)) for pid in pids if psutil.pid_exists(int(pid))]
         for worker in workers:
             worker.kill()
-    assert run.returncode == 1, stderr[-2000:]
+    assert run.returncode == 1, output[-3000:]
     assert ("ActorWorkerError: actor worker 1 failed: killed by signal SIGKILL "
-            "(actors.restart_on_failure=false)") in stderr
-    assert workers == [], "actor processes outlived the run"
+            "(actors.restart_on_failure=false)") in output
+    assert len(pids) == 2 and workers == [], "actor processes outlived the run"
 
 
 @pytest.mark.timeout(120)
-def test_an_env_that_raises_restarts_its_pool_then_stops_it(no_stray_workers):
+def test_an_env_that_raises_restarts_its_pool_then_stops_it(no_stray_workers, caplog):
     """RLlib-style fault injection: the env of worker 1 raises at its step 120. Its process
-    lingers after the exception (TorchRL's weight-receiver thread), so only the reported
-    exception tells. The first failure restarts the workers; the same fault again, past
-    ``max_restarts=1``, stops the run with the worker and the exception named."""
+    takes seconds to exit after the exception (TorchRL waits for its weight-receiver thread),
+    so the worker reports the exception itself. The first failure restarts the workers; the
+    same fault again, past ``max_restarts=1``, stops the run with the worker and the
+    exception named."""
     pool = ActorPool("fail-w1-s120", ConstantAction(), num_workers=2, frames_per_batch=50,
                      total_frames=10_000, library="faults", max_restarts=1)
     started = time.time()
     steps: dict[int, list[int]] = {}
+    last_from_1 = None  # when worker 1's last batch before its fault arrived
     try:
-        with pytest.raises(ActorWorkerError) as error:
+        with pytest.raises(ActorWorkerError) as error, caplog.at_level(logging.WARNING, "actorq.actors.pool"):
             for batch in pool:
                 worker, batch_steps = worker_steps(batch)
                 steps.setdefault(worker, []).extend(batch_steps)
+                if worker == 1 and not pool.restarts:
+                    last_from_1 = time.time()
     finally:
         pool.shutdown()
+    # Worker 1 raises right after its batch of steps 50-99 arrives (its env is instant), and
+    # the pool hears of it at once: the dying process itself lingers for seconds.
+    [record] = [r for r in caplog.records if "restarting" in r.getMessage()]
+    assert record.created - last_from_1 < 2.5, f"noticed after {record.created - last_from_1:.1f} s"
     assert error.value.worker == 1 and error.value.cause == "RuntimeError: injected fault at step 120"
     assert str(error.value).endswith("(after 1 restarts; actors.max_restarts=1)")
     assert pool.restarts == 1

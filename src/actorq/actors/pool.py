@@ -207,7 +207,8 @@ class _Collector(MultiAsyncCollector):
 
     def check_workers(self) -> None:
         """Raises :class:`_WorkerFailed` for the first worker that reported an exception (its
-        process may linger: TorchRL's weight-receiver thread keeps it alive) or is dead."""
+        process takes seconds to exit: TorchRL's shutdown in it waits for its weight-receiver
+        thread) or is dead."""
         self._read_errors(wait=0.0)
         for worker in sorted(self.causes):
             raise _WorkerFailed(worker, self.causes[worker])

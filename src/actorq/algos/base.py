@@ -301,7 +301,7 @@ class OffPolicyLearner(L.LightningModule):
         actors = getattr(self.experience, "actors", None)
         if actors is not None:  # nothing lost, nothing restarted in a healthy run
             values["collect/dropped_frames"] = float(actors.dropped_frames)
-            values["actors/restarts"] = float(actors.restarts)
+            values["collect/actor_restarts"] = float(actors.restarts)
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
 
     # --- checkpoints ----------------------------------------------------------------
