@@ -195,7 +195,8 @@ class _Collector(MultiAsyncCollector):
             raise
         frames = out.numel() if out is not None else self.frames_per_batch_worker()
         produced = int(self.produced[idx])
-        self.dropped_frames += max(0, produced - self.accounted[idx] - frames)
+        if self.replay_buffer is None:  # a worker that writes itself stored it before announcing
+            self.dropped_frames += max(0, produced - self.accounted[idx] - frames)
         self.accounted[idx] = produced
         self.received_frames[idx] += frames
         try:
