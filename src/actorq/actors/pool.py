@@ -375,6 +375,7 @@ class ActorPool:
             errors=context.Queue(),
         )
         collector.set_seed(self.seed + 1_000_003 * self.restarts)
+        self.collector = collector
         if self._weights is not None:
             collector.push(self._weights)
         return collector
@@ -438,7 +439,10 @@ class ActorPool:
         log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
                     "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
                     self.restarts, self.max_restarts)
-        self.collector = self._start(max(remaining, self.frames_per_batch))
+        try:
+            self._start(max(remaining, self.frames_per_batch))
+        except _WorkerFailed as again:  # a fresh worker died before it took the weights
+            self._recover(again)
 
     def __len__(self) -> int:
         return -(-self.total_frames // self.frames_per_batch)
