@@ -24,7 +24,8 @@ TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logg
                   "run_dir", "eval", "hydra"}
 POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step")
-NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "algo.learning_starts")
+NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
+BOOLEANS = ("actors.restart_on_failure",)
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -32,6 +33,7 @@ def check_run_config(cfg: DictConfig) -> None:
     check_top_level(cfg)
     check_seed(cfg)
     check_integers(cfg)
+    check_booleans(cfg)
     check_budget(cfg)
     check_trainer(cfg)
 
@@ -60,6 +62,13 @@ def check_integers(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} must be positive, got {value!r}")
         if value < 0:
             raise ConfigError(f"{key} must be >= 0, got {value!r}")
+
+
+def check_booleans(cfg: DictConfig) -> None:
+    for key in BOOLEANS:
+        value = _select(cfg, key)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
 
 
 def check_budget(cfg: DictConfig) -> None:

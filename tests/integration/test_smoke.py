@@ -42,8 +42,12 @@ def test_tensorboard_events_have_the_documented_metric_names(make_cfg, tmp_path)
     events.Reload()
     tags = set(events.Tags()["scalars"])
     for tag in ("train/loss_value", "collect/frames", "collect/frames_per_s", "eval/return_mean",
-                "time/collect_fraction", "train/learner_steps"):
+                "time/collect_fraction", "train/learner_steps", "collect/dropped_frames",
+                "collect/actor_restarts"):
         assert tag in tags, tag
+    # A healthy run loses no frame and restarts no actor.
+    assert {event.value for event in events.Scalars("collect/dropped_frames")} == {0.0}
+    assert {event.value for event in events.Scalars("collect/actor_restarts")} == {0.0}
     assert all(tag.split("/")[0] in {"train", "collect", "eval", "quant", "time", "energy"} for tag in tags)
     # The x-axis is env frames.
     assert max(event.step for event in events.Scalars("collect/frames")) == 600

@@ -22,6 +22,8 @@ CASES = [
     ("actors.frames_per_batch=abc", "actors.frames_per_batch must be an integer, got 'abc'"),
     ("actors.total_frames=0", "actors.total_frames must be positive, got 0"),
     ("actors.init_random_frames=-1", "actors.init_random_frames must be >= 0, got -1"),
+    ("actors.max_restarts=-1", "actors.max_restarts must be >= 0, got -1"),
+    ("actors.restart_on_failure=maybe", "actors.restart_on_failure must be true or false, got 'maybe'"),
     ("+foo=1", "unknown top-level key(s) foo"),
     ("trainer.accelerator=gpu", "Trainer: No supported gpu backend found"),
     ("quant.engine=tpu", "quant.engine must be one of"),

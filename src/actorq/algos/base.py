@@ -298,6 +298,10 @@ class OffPolicyLearner(L.LightningModule):
                 "step": float(self.frames),
             }
         )
+        actors = getattr(self.experience, "actors", None)
+        if actors is not None:  # nothing lost, nothing restarted in a healthy run
+            values["collect/dropped_frames"] = float(actors.dropped_frames)
+            values["collect/actor_restarts"] = float(actors.restarts)
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
 
     # --- checkpoints ----------------------------------------------------------------
