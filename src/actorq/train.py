@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.experience import Experience
 from actorq.quant import resolve_precision
+from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     """
     check_run_config(cfg)
     run_dir = Path(cfg.run_dir)
+    resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
+    checkpoint = load_checkpoint(resume_from) if resume_from else None
     run_dir.mkdir(parents=True, exist_ok=True)
     config = OmegaConf.to_container(cfg, resolve=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -102,9 +104,13 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     observations = random_observations(env, quant.calibration_samples)
     quant, choice = resolve_precision(learner.behaviour_network, quant, cfg.actors.envs_per_worker,
                                       observations, discrete=spec.discrete)
+    if checkpoint is not None:
+        check_checkpoint(checkpoint, resume_from, config, learner, quant)
+        del checkpoint  # Lightning reads it again (weights_only) when it restores the run
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
-        logger.log_metrics(choice.metrics(), step=0)
+        if resume_from is None:  # a resumed run's curves already start with it
+            logger.log_metrics(choice.metrics(), step=0)
     experience = Experience(
         cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
         actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
@@ -112,16 +118,15 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     )
     trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
 
-    started = time.perf_counter()
     interrupted = None
     try:
-        trainer.fit(learner, datamodule=experience)
+        trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
     except SystemExit as stop:  # Lightning's way out after SIGTERM or Ctrl-C, once torn down
         interrupted = Interrupted(143 if trainer.received_sigterm else 130)
         interrupted.__cause__ = stop
     finally:
         experience.shutdown()
-    wall_clock = time.perf_counter() - started
+    wall_clock = learner.wall_clock  # a resumed run's time before the resume included
 
     evaluation = find_callback(callbacks, Evaluation)
     carbon = find_callback(callbacks, CarbonTracker)

@@ -98,6 +98,10 @@ class ActorPool:
         lean_envs: step each worker's envs through the lean batched env
             (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
             TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
+        frames_done: frames a resumed run collected before its checkpoint: the workers
+            collect only ``total_frames - frames_done`` more (random actions only for what
+            is left of ``init_random_frames``), while ``len()`` still counts the batches of
+            the whole run, as the resumed trainer's batch counters do.
     """
 
     def __init__(
@@ -113,11 +117,14 @@ class ActorPool:
         library: str | None = None,
         writer: ExperienceWriter | None = None,
         lean_envs: bool = True,
+        frames_done: int = 0,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
             if value <= 0:
                 raise ValueError(f"actors.{name} must be positive, got {value}")
+        if not 0 <= frames_done < total_frames:
+            raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
         if init_random_frames < 0:
             raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
@@ -127,14 +134,15 @@ class ActorPool:
             [env_fn] * num_workers,
             self.policy,
             frames_per_batch=frames_per_batch,
-            total_frames=total_frames,
-            init_random_frames=init_random_frames,
+            total_frames=total_frames - frames_done,
+            init_random_frames=max(0, init_random_frames - frames_done),
             split_trajs=False,
             replay_buffer=writer,
         )
         self.collector.set_seed(seed)
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
+        self.frames_done = frames_done
         self.writer = writer
 
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
@@ -144,7 +152,7 @@ class ActorPool:
                 continue
             # A worker whose marker waits in the collector's queue collects and writes
             # another batch meanwhile, so the frame budget counts what was written.
-            last = self.writer.write_count >= self.total_frames
+            last = self.writer.write_count >= self.total_frames - self.frames_done
             yield WRITTEN
             if last:
                 return
