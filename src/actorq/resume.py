@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import random
 from pathlib import Path
 
@@ -54,10 +55,13 @@ def load_checkpoint(path: Path) -> dict:
     with ``weights_only=True``; an unreadable or unsafe file is a ``ConfigError``."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as error:  # noqa: BLE001 - any failure to read means the file is bad
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or tampered?): "
-                          f"{reason[:200]}") from error
+    except pickle.UnpicklingError as error:
+        refused = [line for line in str(error).splitlines() if "GLOBAL" in line]
+        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint: it holds more than tensors and plain "
+                          f"containers, which weights_only loading refuses ({(refused or ['?'])[0][:150]})") from error
+    except Exception as error:  # noqa: BLE001 - any other failure to read: a damaged file
+        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or damaged?): "
+                          f"{type(error).__name__}: {' '.join(str(error).split())[:150]}") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"ckpt_path={path}: not a Lightning checkpoint (no state_dict inside)")
     return checkpoint

@@ -89,9 +89,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     run_dir = Path(cfg.run_dir)
     resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
     checkpoint = load_checkpoint(resume_from) if resume_from else None
-    run_dir.mkdir(parents=True, exist_ok=True)
     config = OmegaConf.to_container(cfg, resolve=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
@@ -107,6 +105,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     if checkpoint is not None:
         check_checkpoint(checkpoint, resume_from, config, learner, quant)
         del checkpoint  # Lightning reads it again (weights_only) when it restores the run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
         if resume_from is None:  # a resumed run's curves already start with it
