@@ -31,7 +31,8 @@ def saved_and_loaded(replay, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_loaded_replay_continues_as_the_saved_one(kind, tmp_path):
     saved = make(kind)
-    saved.extend(rows(70))  # wrapped around: the write position is not the size
+    saved.extend(rows(30))
+    saved.extend(rows(40, start=30))  # wrapped around: the next write goes to slot 20
     sample = saved.sample(8)
     saved.update_priorities(sample.indices, torch.rand(8, generator=torch.Generator().manual_seed(0)))
     loaded = make(kind)
