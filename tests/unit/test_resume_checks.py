@@ -28,6 +28,7 @@ class Payload:
 
 def fake_checkpoint(path, config=DQN_CARTPOLE, state_dict=None):
     torch.save({"state_dict": state_dict or {"q_network.trunk.0.weight": torch.zeros(3, 3)},
+                "pytorch-lightning_version": "2.6.6", "optimizer_states": [], "loops": {},
                 "datamodule_hyper_parameters": {"config": config}}, path)
     return path
 
@@ -78,6 +79,12 @@ def test_a_file_that_is_not_a_checkpoint(make_cfg, tmp_path):
     path = tmp_path / "weights.pt"
     torch.save({"weight": torch.zeros(2)}, path)
     assert "not a Lightning checkpoint" in refused(make_cfg, path)
+
+
+def test_a_weights_only_checkpoint(make_cfg, tmp_path):
+    path = tmp_path / "weights.ckpt"
+    torch.save({"state_dict": {}, "pytorch-lightning_version": "2.6.6"}, path)
+    assert "a weights-only checkpoint (no optimizer and loop states) cannot resume" in refused(make_cfg, path)
 
 
 def test_the_command_line_says_one_line_and_exits_2(tmp_path):
