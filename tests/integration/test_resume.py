@@ -30,17 +30,22 @@ OVERRIDES = ["+experiment=dqn_cartpole", "algo.hidden=[16]", f"actors.total_fram
 
 class ResumeProbe(Callback):
     """Saves what the resumed run restored, once restored and before any actor starts
-    (``on_fit_start``), to ``probe.pt`` in the run dir."""
+    (``on_fit_start``), and the frames its actors were started for (``on_train_start``),
+    to ``probe.pt`` in the run dir."""
 
     def __init__(self, path: str):
         self.path = path
+        self.seen = {}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         experience = trainer.datamodule
-        torch.save({"replay": experience.replay.state_dict(), "frames": pl_module.frames,
-                    "learner_steps": pl_module.learner_steps, "actors_started": experience.actors is not None,
-                    "payload": experience.actor_policy.network.payload(), "rng": torch.get_rng_state()},
-                   self.path)
+        self.seen = {"replay": experience.replay.state_dict(), "frames": pl_module.frames,
+                     "learner_steps": pl_module.learner_steps, "actors_started": experience.actors is not None,
+                     "payload": experience.actor_policy.network.payload(), "rng": torch.get_rng_state()}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.seen["actors_total_frames"] = trainer.datamodule.actors.collector.total_frames
+        torch.save(self.seen, self.path)
 
 
 def run_actorq(run_dir: Path, *extra: str, interrupt: bool = False) -> subprocess.CompletedProcess:
@@ -102,6 +107,7 @@ def test_the_resumed_run_restores_counters_before_any_actor_starts(resumed):
     assert probe["frames"] == saved["actorq"]["frames"]
     assert probe["learner_steps"] == saved["actorq"]["learner_steps"]
     assert not probe["actors_started"]
+    assert probe["actors_total_frames"] == TOTAL - saved["actorq"]["frames"]  # only the frames left
     assert torch.equal(probe["rng"], saved["actorq"]["rng"]["torch"])
     payload = saved["Experience"]["payload"]
     assert payload.keys() == probe["payload"].keys()
