@@ -44,7 +44,7 @@ def find_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
             raise ConfigError(f"ckpt_path=last: no checkpoint at {path}; resume with "
                               "run_dir=<the interrupted run's dir> ckpt_path=last")
         return path
-    path = Path(ckpt_path).expanduser()
+    path = Path(str(ckpt_path)).expanduser()
     if not path.is_file():
         raise ConfigError(f"ckpt_path={ckpt_path}: no such file")
     return path
@@ -62,14 +62,17 @@ def load_checkpoint(path: Path) -> dict:
     except Exception as error:  # noqa: BLE001 - any other failure to read: a damaged file
         raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or damaged?): "
                           f"{type(error).__name__}: {' '.join(str(error).split())[:150]}") from error
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ConfigError(f"ckpt_path={path}: not a Lightning checkpoint (no state_dict inside)")
+    if not isinstance(checkpoint, dict) or not {"state_dict", "pytorch-lightning_version"} <= checkpoint.keys():
+        raise ConfigError(f"ckpt_path={path}: not a Lightning checkpoint (no state_dict and version inside)")
+    if not {"optimizer_states", "loops"} <= checkpoint.keys():
+        raise ConfigError(f"ckpt_path={path}: a weights-only checkpoint (no optimizer and loop states) "
+                          "cannot resume a run")
     return checkpoint
 
 
 def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Module, quant) -> None:
     """Raises a ``ConfigError`` unless ``checkpoint`` was written by a run of the same
-    algorithm, environment, networks and actor precision as this one."""
+    algorithm, environment, networks and actor precision as this one, with frames left."""
     saved = (checkpoint.get("datamodule_hyper_parameters") or {}).get("config")
     if not isinstance(saved, dict):
         raise ConfigError(f"ckpt_path={path}: not written by actorq (no run config inside)")
@@ -78,6 +81,10 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
         if then != now:
             raise ConfigError(f"ckpt_path={path}: the checkpoint is of {group}.{key}={then}, this run has "
                               f"{group}.{key}={now}")
+    frames, total = checkpoint.get("actorq", {}).get("frames", 0), config["actors"]["total_frames"]
+    if frames >= total:
+        raise ConfigError(f"ckpt_path={path}: the checkpoint's run has collected its {frames} frames already "
+                          f"(actors.total_frames={total}); nothing is left to resume")
     check_shapes(checkpoint["state_dict"], learner.state_dict(), path)
     then_quant = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
     if then_quant is not None and then_quant != dataclasses.asdict(quant):

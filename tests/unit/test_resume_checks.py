@@ -71,6 +71,12 @@ def test_a_checkpoint_of_another_algorithm(make_cfg, tmp_path):
     assert "the checkpoint is of algo._target_=actorq.algos.sac.SAC, this run has" in refused(make_cfg, path)
 
 
+def test_a_checkpoint_of_a_finished_run(make_cfg, tmp_path):
+    path = tmp_path / "done.ckpt"
+    torch.save({**torch.load(fake_checkpoint(path), weights_only=True), "actorq": {"frames": 600}}, path)
+    assert "has collected its 600 frames already (actors.total_frames=600)" in refused(make_cfg, path)
+
+
 def test_a_checkpoint_of_other_networks(make_cfg, tmp_path):
     assert "the checkpoint's networks differ from this run's" in refused(make_cfg, fake_checkpoint(tmp_path / "x.ckpt"))
 
