@@ -81,9 +81,10 @@ def test_a_checkpoint_of_other_networks(make_cfg, tmp_path):
     assert "the checkpoint's networks differ from this run's" in refused(make_cfg, fake_checkpoint(tmp_path / "x.ckpt"))
 
 
-def test_a_file_that_is_not_a_checkpoint(make_cfg, tmp_path):
+@pytest.mark.parametrize("contents", [{"weight": torch.zeros(2)}, {"state_dict": {}}], ids=["tensors", "no-version"])
+def test_a_file_that_is_not_a_checkpoint(make_cfg, tmp_path, contents):
     path = tmp_path / "weights.pt"
-    torch.save({"weight": torch.zeros(2)}, path)
+    torch.save(contents, path)
     assert "not a Lightning checkpoint" in refused(make_cfg, path)
 
 
