@@ -67,3 +67,16 @@ def test_evaluation_validates_arguments():
         Evaluation(every_frames=0)
     with pytest.raises(ValueError, match="eval.episodes must be positive"):
         Evaluation(every_frames=10, episodes=0)
+
+
+def test_frame_checkpoint_validates_arguments(tmp_path):
+    import pytest
+
+    from actorq.callbacks.checkpoint import FrameCheckpoint
+
+    with pytest.raises(ValueError, match="checkpoint.every_frames must be a positive integer or null, got 0"):
+        FrameCheckpoint(dirpath=str(tmp_path), every_frames=0)
+    with pytest.raises(ValueError, match="checkpoint.keep_last must be a positive integer or -1"):
+        FrameCheckpoint(dirpath=str(tmp_path), every_frames=10, keep_last=0)
+    only_last = FrameCheckpoint(dirpath=str(tmp_path), every_frames=None)
+    assert not only_last.should_update(10**9) and only_last.save_top_k == 0
