@@ -10,10 +10,10 @@ Example:
     >>> from pathlib import Path
     >>> find_checkpoint(None, Path("outputs/run")) is None  # a fresh run
     True
-    >>> find_checkpoint("last", Path("/nonexistent/run"))
+    >>> find_checkpoint("last", Path("/nonexistent/run"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    actorq.errors.ConfigError: ckpt_path=last: no checkpoint at /nonexistent/run/checkpoints/last.ckpt; resume with run_dir=<the interrupted run's dir> ckpt_path=last
+    actorq.errors.ConfigError: ckpt_path=last: no checkpoint at /nonexistent/run/checkpoints/last.ckpt; ...
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ def resumed(tmp_path_factory):
     assert first.returncode == 143, first.stderr[-2000:]
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     tb_before = {path.name for path in (run_dir / "tb").iterdir()}
-    second = run_actorq(run_dir, "ckpt_path=last",
-                        f"+callbacks.probe._target_={__name__}.ResumeProbe", f"+callbacks.probe.path={run_dir}/probe.pt")
+    second = run_actorq(run_dir, "ckpt_path=last", f"+callbacks.probe._target_={__name__}.ResumeProbe",
+                        f"+callbacks.probe.path={run_dir}/probe.pt")
     assert second.returncode == 0, second.stderr[-3000:]
     return {"run_dir": run_dir, "saved": saved, "probe": torch.load(run_dir / "probe.pt", weights_only=True),
             "final": torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True),
@@ -136,6 +136,7 @@ def test_the_resumed_run_collects_only_the_frames_left_and_its_schedules_continu
     frames = saved["actorq"]["frames"]
     before = [tuple(item) for item in saved["callbacks"]["Evaluation"]["history"]]
     assert [tuple(item) for item in summary["eval_history"][: len(before)]] == before
+    assert summary["eval_history"][len(before)][0] == (frames // 500 + 1) * 500  # eval.every_frames=500 goes on
     assert summary["eval_history"][-1][0] == TOTAL and len(summary["eval_history"]) > len(before)
     assert resumed["after"]["quant/broadcasts"][0][1] == saved["callbacks"]["QuantizeBroadcast"]["broadcasts"] + 1
 
