@@ -77,7 +77,7 @@ def resumed(tmp_path_factory):
     second = run_actorq(run_dir, "ckpt_path=last", f"+callbacks.probe._target_={__name__}.ResumeProbe",
                         f"+callbacks.probe.path={run_dir}/probe.pt")
     assert second.returncode == 0, second.stderr[-3000:]
-    return {"run_dir": run_dir, "saved": saved, "probe": torch.load(run_dir / "probe.pt", weights_only=True),
+    return {"run_dir": run_dir, "saved": saved, "stderr": second.stderr, "probe": torch.load(run_dir / "probe.pt", weights_only=True),
             "final": torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True),
             "summary": json.loads((run_dir / "summary.json").read_text()),
             "before": scalars(run_dir / "tb", lambda name: name in tb_before),
@@ -153,6 +153,11 @@ def test_tensorboard_curves_continue_at_the_step_they_reached(resumed):
     assert exploration[frames + BATCH] < exploration[frames]  # the schedule goes on, not back to its start
     learner_steps = dict(before["train/learner_steps"] + after["train/learner_steps"])
     assert learner_steps[frames + BATCH] >= learner_steps[frames]
+
+
+def test_the_resumed_run_warns_about_nothing_it_does_on_purpose(resumed):
+    for expected in ("exists and is not empty", "resuming from a checkpoint that ended before the epoch ended"):
+        assert expected not in resumed["stderr"]
 
 
 def test_periodic_checkpoints_keep_the_last_two(resumed):
