@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,10 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
 
     interrupted = None
     try:
-        trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
+        with warnings.catch_warnings():
+            if resume_from is not None:  # it continues in its own run dir, next to its checkpoints
+                warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+            trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
     except SystemExit as stop:  # Lightning's way out after SIGTERM or Ctrl-C, once torn down
         interrupted = Interrupted(143 if trainer.received_sigterm else 130)
         interrupted.__cause__ = stop

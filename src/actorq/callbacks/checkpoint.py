@@ -14,8 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import warnings
-
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from typing_extensions import override
@@ -45,13 +43,6 @@ class FrameCheckpoint(ModelCheckpoint):
         self.every_frames = every_frames
         self.next_frames = every_frames or 0
         self._last_frames_saved = -1
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module, stage: str) -> None:
-        with warnings.catch_warnings():
-            if trainer.ckpt_path is not None:  # a resumed run finds its own checkpoints there
-                warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
-            super().setup(trainer, pl_module, stage)
 
     def should_update(self, frames: int) -> bool:
         return self.every_frames is not None and frames >= self.next_frames
