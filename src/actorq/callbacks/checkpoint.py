@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 FRAMES = "collect/frames"  # logged by the learner at every batch
@@ -49,23 +50,31 @@ class FrameCheckpoint(ModelCheckpoint):
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        # Lightning's own skip rule compares optimizer steps, which stand still before
-        # learning starts; frames do not.
-        if trainer.sanity_checking or not self.should_update(pl_module.frames):
+        if self._should_skip_saving_checkpoint(trainer) or not self.should_update(pl_module.frames):
             return
         while self.next_frames <= pl_module.frames:
             self.next_frames += self.every_frames
         candidates = self._monitor_candidates(trainer)
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
-        self._last_frames_saved = pl_module.frames
 
     @override
     def on_exception(self, trainer: L.Trainer, pl_module, exception: BaseException) -> None:
-        # last.ckpt only (an interruption is not a periodic checkpoint), unless it holds
-        # this very state already
-        if self.save_on_exception and not trainer.sanity_checking and self._last_frames_saved != pl_module.frames:
+        # last.ckpt only: an interruption is not a periodic checkpoint
+        if self.save_on_exception and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    @override
+    def _should_skip_saving_checkpoint(self, trainer: L.Trainer) -> bool:
+        # Lightning's rule compares optimizer steps, which stand still while frames arrive
+        # (before learning starts, or with few updates per frame); this one compares frames.
+        return (bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
+                or self._last_frames_saved == trainer.lightning_module.frames)
+
+    @override
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        self._last_frames_saved = trainer.lightning_module.frames
 
     @override
     def state_dict(self) -> dict:
