@@ -92,6 +92,15 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
                           f"{dataclasses.asdict(quant)}; resume with the same quant settings")
 
 
+def resumed_precision(checkpoint: dict, quant):
+    """The actors' precision for a resumed run: with ``quant.bits=auto``, the one the
+    checkpoint's run picked (measuring again could pick another); else ``quant`` itself."""
+    from actorq.quant import QuantSpec
+
+    saved = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
+    return QuantSpec(**saved) if quant.is_auto and saved is not None else quant
+
+
 def check_shapes(saved: dict, current: dict, path: Path) -> None:
     """The saved learner's tensors have the names and shapes of this run's learner."""
     missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))

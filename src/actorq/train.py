@@ -38,7 +38,7 @@ from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.experience import Experience
 from actorq.quant import resolve_precision
-from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint
+from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     logger = build(cfg.logger)
 
     quant = build(cfg.quant)
+    if checkpoint is not None:
+        quant = resumed_precision(checkpoint, quant)
     observations = random_observations(env, quant.calibration_samples)
     quant, choice = resolve_precision(learner.behaviour_network, quant, cfg.actors.envs_per_worker,
                                       observations, discrete=spec.discrete)

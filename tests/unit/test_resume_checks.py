@@ -1,6 +1,7 @@
 """A bad ``ckpt_path`` stops the run with one ConfigError line before any actor process
 starts: no such file, a truncated or tampered file, a checkpoint of another run's kind."""
 
+import dataclasses
 import multiprocessing
 import os
 import subprocess
@@ -106,3 +107,12 @@ def test_the_command_line_says_one_line_and_exits_2(tmp_path):
     assert len(errors) == 1 and "not a readable checkpoint" in errors[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "tb").exists()
+
+
+def test_quant_auto_resumes_at_the_precision_the_checkpoint_ran_at():
+    from actorq.quant import QuantSpec
+    from actorq.resume import resumed_precision
+
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=8, mode="dynamic"))}}
+    assert resumed_precision(checkpoint, QuantSpec(bits="auto")) == QuantSpec(bits=8, mode="dynamic")
+    assert resumed_precision(checkpoint, QuantSpec(bits=32)) == QuantSpec(bits=32)  # a set precision is checked
