@@ -69,14 +69,15 @@ def make_replay(
         ValueError: for a value the buffers cannot work with.
     """
     _check_flag("checkpoint", checkpoint)
-    replay = _make(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
-                   template, planned_updates)
+    replay = _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
+                           template, planned_updates)
     replay.save_contents = checkpoint
     return replay
 
 
-def _make(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed, template,
-          planned_updates) -> ReplayBuffer:
+def _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed, template,
+                  planned_updates) -> ReplayBuffer:
+    """The buffer itself, from :func:`make_replay`'s arguments but ``checkpoint``."""
     _check_flag("prioritized", prioritized)
     _check_flag("shared", shared)
     if not (prioritized or shared):
