@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from actorq.errors import ConfigError
 
 TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer", "seed",
-                  "run_dir", "eval", "hydra"}
+                  "run_dir", "eval", "checkpoint", "ckpt_path", "hydra"}
 POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")

@@ -39,6 +39,7 @@ from torch import nn
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
+from actorq.resume import EXPERIENCE_STATE
 
 METADATA_FILE = "actorq.json"
 
@@ -96,9 +97,6 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
         scripted = torch.jit.script(policy)
         torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: json.dumps(metadata)})
     return path
-
-
-EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name
 
 
 def load_learner(checkpoint: dict):

@@ -309,11 +309,16 @@ class ActorPool:
         lean_envs: step each worker's envs through the lean batched env
             (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
             TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
+        frames_done: frames a resumed run collected before its checkpoint: the workers
+            collect only ``total_frames - frames_done`` more (random actions only for what
+            is left of ``init_random_frames``), while ``len()`` still counts the batches of
+            the whole run, as the resumed trainer's batch counters do.
         restart_on_failure: restart the workers when one fails (else raise at once).
         max_restarts: restarts allowed in one run; the next failure raises.
 
     Attributes:
-        frames: frames yielded so far (or, with a ``writer``, announced as written).
+        frames: frames yielded so far (or, with a ``writer``, announced as written),
+            counting a resumed run's ``frames_done``.
         dropped_frames: frames the workers collected that never reached the iteration.
         restarts: how many times the workers were restarted after a failure.
     """
@@ -333,11 +338,14 @@ class ActorPool:
         lean_envs: bool = True,
         restart_on_failure: bool = True,
         max_restarts: int = 3,
+        frames_done: int = 0,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
             if value <= 0:
                 raise ValueError(f"actors.{name} must be positive, got {value}")
+        if not 0 <= frames_done < total_frames:
+            raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
         if init_random_frames < 0:
             raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
         if not isinstance(restart_on_failure, bool):
@@ -352,14 +360,15 @@ class ActorPool:
         self.total_frames = total_frames
         self.init_random_frames = init_random_frames
         self.seed = seed
+        self.frames_done = frames_done
         self.writer = writer
         self.restart_on_failure = restart_on_failure
         self.max_restarts = max_restarts
-        self.frames = 0
+        self.frames = frames_done
         self.restarts = 0
         self._dropped_before = 0  # by collectors that were replaced
         self._weights: TensorDictBase | None = None  # the last pushed, for restarts
-        self.collector = self._start(total_frames)
+        self.collector = self._start(total_frames - frames_done)
 
     def _start(self, total_frames: int) -> _Collector:
         context = multiprocessing.get_context("spawn")
@@ -408,7 +417,7 @@ class ActorPool:
             else:
                 # Written by a worker: the frame budget counts what was written.
                 self.frames += self.frames_per_batch
-                last = self.writer.write_count >= self.total_frames
+                last = self.writer.write_count >= self.total_frames - self.frames_done  # written since the resume
                 yield WRITTEN
                 if last:
                     return
@@ -434,7 +443,10 @@ class ActorPool:
         if self.restarts >= self.max_restarts:
             raise ActorWorkerError(failure.worker, failure.cause,
                                    f" (after {self.restarts} restarts; actors.max_restarts={self.max_restarts})") from None
-        remaining = self.total_frames - (self.writer.write_count if self.writer is not None else self.frames)
+        if self.writer is not None:
+            remaining = self.total_frames - self.frames_done - self.writer.write_count
+        else:
+            remaining = self.total_frames - self.frames
         self.restarts += 1
         log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
                     "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,

@@ -36,6 +36,7 @@ from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
 from actorq.replay.base import Sample
 from actorq.replay.experience import Arrivals
+from actorq.resume import rng_states, set_rng_states
 
 # TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
 # per update (the schedule counts updates, not optimizer steps), which torch warns about.
@@ -160,6 +161,9 @@ class OffPolicyLearner(L.LightningModule):
         self.time_learn = 0.0
         self._batch_ready_at = None
         self._started_at = None
+        self.wall_clock_before = 0.0  # seconds of training before a resume
+        self._fit_started_at = None
+        self._frames_at_start = 0
 
     # --- what an algorithm provides -------------------------------------------------
 
@@ -234,7 +238,7 @@ class OffPolicyLearner(L.LightningModule):
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
         started = time.perf_counter()
         if self._started_at is None:
-            self._started_at = started
+            self._started_at, self._frames_at_start = started, self.frames
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
         writer = self.experience.writer
@@ -288,7 +292,8 @@ class OffPolicyLearner(L.LightningModule):
         values.update(
             {
                 "collect/frames": float(self.frames),
-                "collect/frames_per_s": self.frames / max(1e-9, time.perf_counter() - self._started_at),
+                "collect/frames_per_s": (self.frames - self._frames_at_start)
+                / max(1e-9, time.perf_counter() - self._started_at),
                 "train/learner_steps": float(self.learner_steps),
                 "collect/exploration": self.exploration(self.frames),
                 "time/collect_fraction": self.time_collect / total_time if total_time else 0.0,
@@ -306,13 +311,34 @@ class OffPolicyLearner(L.LightningModule):
 
     # --- checkpoints ----------------------------------------------------------------
 
+    # Networks, target networks, optimizers and schedulers are saved by Lightning; these are
+    # the counters a resumed run continues from, and this process's random states.
+
+    def on_fit_start(self) -> None:
+        self._fit_started_at = time.perf_counter()
+
+    @property
+    def wall_clock(self) -> float:
+        """Seconds of training so far, the time before a resume included."""
+        running = time.perf_counter() - self._fit_started_at if self._fit_started_at is not None else 0.0
+        return self.wall_clock_before + running
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["actorq"] = {"frames": self.frames, "learner_steps": self.learner_steps}
+        checkpoint["actorq"] = {"frames": self.frames, "learner_steps": self.learner_steps,
+                                "update_debt": self._update_debt, "time_collect": self.time_collect,
+                                "time_learn": self.time_learn, "wall_clock": self.wall_clock,
+                                "rng": rng_states()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("actorq", {})
         self.frames = state.get("frames", 0)
         self.learner_steps = state.get("learner_steps", 0)
+        self._update_debt = state.get("update_debt", 0.0)
+        self.time_collect = state.get("time_collect", 0.0)
+        self.time_learn = state.get("time_learn", 0.0)
+        self.wall_clock_before = state.get("wall_clock", 0.0)
+        if "rng" in state:
+            set_rng_states(state["rng"])
 
 
 def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:

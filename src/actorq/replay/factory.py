@@ -38,6 +38,7 @@ def make_replay(
     seed: int = 0,
     template: TensorDictBase | None = None,
     planned_updates: int | None = None,
+    checkpoint: bool = False,
 ) -> ReplayBuffer:
     """Builds the replay buffer the config asks for.
 
@@ -61,10 +62,22 @@ def make_replay(
         template: one transition, giving the shared buffer's keys, shapes and dtypes
             (see :func:`transition_template`); needed when ``shared``.
         planned_updates: the learner updates the run will make, each drawing one sample.
+        checkpoint: checkpoints hold the transitions, priorities and write position too,
+            so that a resumed run continues with the same buffer.
 
     Raises:
         ValueError: for a value the buffers cannot work with.
     """
+    _check_flag("checkpoint", checkpoint)
+    replay = _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
+                           template, planned_updates)
+    replay.save_contents = checkpoint
+    return replay
+
+
+def _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed, template,
+                  planned_updates) -> ReplayBuffer:
+    """The buffer itself, from :func:`make_replay`'s arguments but ``checkpoint``."""
     _check_flag("prioritized", prioritized)
     _check_flag("shared", shared)
     if not (prioritized or shared):
