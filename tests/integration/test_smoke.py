@@ -75,18 +75,22 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
         (["actors.num_workers=0"], "actors.num_workers must be positive"),
         (["algo.batch_size=-1"], "batch_size must be positive"),
         (["replay.capacity=0"], "capacity must be positive"),
+        (["algo.nope=1"], "Could not override 'algo.nope': no such key. To append to your config use +algo.nope=1"),
+        (["env=nope"], "Could not find 'env/nope'; available options in 'env': "),
+        (["quant.bits=[8"], "no viable alternative at input '[8'"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, overrides, message):
     result = run_cli(*overrides, f"run_dir={tmp_path}", cwd=tmp_path)
-    assert result.returncode != 0
-    assert message in result.stderr
+    assert result.returncode == 2, result.stderr[-2000:]
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
+    assert len(error_lines) == 1 and message in error_lines[0]
     assert "Traceback" not in result.stderr
 
 
 def test_unknown_algorithm_lists_the_choices(tmp_path):
     result = run_cli("algo=ppo", f"run_dir={tmp_path}", cwd=tmp_path)
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert "algo/ppo" in result.stderr and "dqn" in result.stderr
     assert "Traceback" not in result.stderr
 
