@@ -12,6 +12,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from actorq.checks import composition_error
 from actorq.errors import ConfigError
 
 
@@ -32,46 +33,6 @@ def main(cfg: DictConfig) -> float | None:
           f"in {summary['wall_clock_s']:.0f} s")
     print(describe_outputs(cfg))
     return summary["final_return"]
-
-
-def composition_error(argv: list[str]) -> str | None:
-    """Why Hydra cannot compose the config of a single run from ``argv``, in one line (``None``
-    when it can). Sweeps (``-m``), Hydra's own flags and ``hydra.*`` overrides are left to
-    Hydra, which checks each job itself."""
-    if any(arg.startswith("-") for arg in argv):
-        return None
-    overrides = [arg for arg in argv if not arg.lstrip("+~").startswith("hydra")]
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_module("actorq.conf", version_base="1.3"):
-            compose("config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as error:
-        message = str(error)
-        if "is not in struct" in str(error.__cause__):
-            message = message.replace(".\n", ": no such key.\n", 1)
-        return one_line(message)
-    return None
-
-
-def one_line(message: str) -> str:
-    """Hydra's multi-line message as one line: the first line, its hint, the options offered.
-
-    >>> one_line("In 'config': Could not find 'algo/x'\\n\\nAvailable options in 'algo':\\n\\tdqn\\n\\ttd3\\n"
-    ...          "Config search path:\\n\\tprovider=main")
-    "In 'config': Could not find 'algo/x'; available options in 'algo': dqn, td3"
-    >>> one_line("Could not override 'foo'.\\nTo append to your config use +foo=1")
-    "Could not override 'foo'. To append to your config use +foo=1"
-    """
-    head, _, rest = message.partition("\n")
-    if "Available options in" in rest:
-        listing = rest.split("Available options in", 1)[1].split("Config search path", 1)[0]
-        group, _, options = listing.partition(":")
-        return f"{head}; available options in {group.strip()}: {', '.join(options.split())}"
-    hint = rest.strip().splitlines()[0] if rest.strip() else ""
-    return f"{head} {hint}".strip()
 
 
 if __name__ == "__main__":
