@@ -35,9 +35,14 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_return"]
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python -m actorq`` and the ``actorq`` command: the overrides must compose, then Hydra runs."""
     error = composition_error(sys.argv[1:])
     if error is not None:
         print(f"actorq: error: {error}", file=sys.stderr)
         sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 from omegaconf import DictConfig
 
 from actorq.errors import ConfigError
@@ -25,7 +27,8 @@ from actorq.errors import ConfigError
 TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer", "seed",
                   "run_dir", "eval", "checkpoint", "ckpt_path", "hydra"}
 POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
-                     "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step")
+                     "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
+                     "eval.every_frames", "eval.episodes")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
 BOOLEANS = ("actors.restart_on_failure",)
 
@@ -37,6 +40,7 @@ def check_run_config(cfg: DictConfig) -> None:
     check_integers(cfg)
     check_booleans(cfg)
     check_budget(cfg)
+    check_actor_sizes(cfg)
     check_trainer(cfg)
 
 
@@ -84,6 +88,29 @@ def check_budget(cfg: DictConfig) -> None:
         raise ConfigError(f"replay.capacity={capacity} cannot hold one batch of algo.batch_size={batch}")
 
 
+MAX_ENVS_PER_WORKER = 1024  # one worker steps its envs one after another
+
+
+def max_workers() -> int:
+    """More actor processes than this only share the same cores (and file handles)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_actor_sizes(cfg: DictConfig) -> None:
+    """Sizes a machine can start: a typo like ``actors.num_workers=100000`` must be refused
+    here, not by the operating system after thousands of processes."""
+    workers, envs = _select(cfg, "actors.num_workers"), _select(cfg, "actors.envs_per_worker")
+    if workers is not None and workers > max_workers():
+        raise ConfigError(f"actors.num_workers={workers} is more than 4 processes per CPU core "
+                          f"({max_workers()} here); use actors.envs_per_worker to step more envs per process")
+    if envs is not None and envs > MAX_ENVS_PER_WORKER:
+        raise ConfigError(f"actors.envs_per_worker={envs} is more than {MAX_ENVS_PER_WORKER}; "
+                          "use more actors.num_workers")
+    batch, total = _select(cfg, "actors.frames_per_batch"), _select(cfg, "actors.total_frames")
+    if batch is not None and total is not None and batch > total:
+        raise ConfigError(f"actors.frames_per_batch={batch} is more than actors.total_frames={total}")
+
+
 def check_trainer(cfg: DictConfig) -> None:
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs is not None and epochs != 1:
@@ -118,7 +145,7 @@ def composition_error(argv: list[str]) -> str | None:
     try:
         with initialize_config_module("actorq.conf", version_base="1.3"):
             compose("config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as error:
+    except (HydraException, OmegaConfBaseException, ValueError) as error:  # Hydra raises all three
         message = str(error)
         if "is not in struct" in str(error.__cause__):
             message = message.replace(".\n", ": no such key.\n", 1)

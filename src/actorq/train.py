@@ -70,7 +70,7 @@ def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
         )
     try:
         learner = make_learner(spec=spec)
-    except ValueError as error:
+    except (ValueError, TypeError) as error:
         raise ConfigError(f"{algo_cls.__name__}: {error}") from error
     check_policy_network(learner.behaviour_network, stochastic=learner.policy.stochastic)
     return learner

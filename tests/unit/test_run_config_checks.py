@@ -12,7 +12,7 @@ CASES = [
     ("seed=-1", "seed must be an integer in [0, 2**32), got -1"),
     ("seed=1.5", "seed must be an integer"),
     ("algo.lr=-1", "DQN: lr must be positive, got -1"),
-    ("algo.lr=nan", "lr must be positive, got nan"),
+    ("algo.lr=nan", "lr must be a finite number, got nan"),
     ("algo.gamma=1.5", "gamma must be in (0, 1], got 1.5"),
     ("algo.exploration.start=2", "epsilon (exploration.start/end) must be in [0, 1]"),
     ("algo.exploration.anneal_frames=-5", "exploration.anneal_frames must be >= 0"),

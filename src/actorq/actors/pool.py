@@ -176,8 +176,8 @@ class _Collector(MultiAsyncCollector):
     """
 
     def __init__(self, *args, produced: torch.Tensor, errors: multiprocessing.Queue, **kwargs):
+        self.produced, self.errors = produced, errors  # first: a failed start shuts down
         super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors), **kwargs)
-        self.produced, self.errors = produced, errors
         self.accounted = [0] * self.num_workers  # produced[w] when w's last batch arrived
         self.received_frames = [0] * self.num_workers
         self.dropped_frames = 0

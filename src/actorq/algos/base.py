@@ -23,6 +23,8 @@ Attributes that callbacks rely on (documented, stable):
 
 from __future__ import annotations
 
+import math
+
 import time
 import warnings
 from abc import abstractmethod
@@ -132,9 +134,10 @@ class OffPolicyLearner(L.LightningModule):
         final_lr_fraction: float = 1.0,
     ):
         super().__init__()
-        check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period)
-        if not update_to_data > 0:
-            raise ValueError(f"update_to_data must be positive, got {update_to_data}")
+        check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period,
+                       update_to_data=update_to_data)
+        check_number(gamma=gamma, learning_starts=learning_starts, target_tau=target_tau,
+                     final_lr_fraction=final_lr_fraction)
         if not 0 < gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
@@ -371,8 +374,22 @@ def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
         raise TypeError(f"a stochastic policy's head needs sample(features); {type(head).__name__} has none")
 
 
+def check_number(**values: float) -> None:
+    """Raises ``ValueError`` naming the first value that is not a finite real number.
+
+    >>> check_number(lr=float("inf"))
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a finite number, got inf
+    """
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
 def check_positive(**values: float) -> None:
-    """Raises ``ValueError`` naming the first value that is not > 0 (NaN included)."""
+    """Raises ``ValueError`` naming the first value that is not a finite number > 0."""
+    check_number(**values)
     for name, value in values.items():
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import psutil
 from tensordict import TensorDictBase
 
 from actorq.nstep import nstep_transitions
@@ -69,6 +70,8 @@ def make_replay(
         ValueError: for a value the buffers cannot work with.
     """
     _check_flag("checkpoint", checkpoint)
+    if template is not None:
+        check_fits_in_memory(capacity, template)
     replay = _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
                            template, planned_updates)
     replay.save_contents = checkpoint
@@ -94,6 +97,25 @@ def _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_ste
     if template is None:
         raise ValueError("replay.shared=true needs a transition template to allocate the storage")
     return SharedReplay(capacity, template, **options)
+
+
+def check_fits_in_memory(capacity: int, template: TensorDictBase) -> None:
+    """Refuses a ``capacity`` whose transitions alone would not fit in this machine's memory
+    (a typo such as ``replay.capacity=1e12`` must stop the run, not swap the machine).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> check_fits_in_memory(10**15, TensorDict({"observation": torch.zeros(4)}, []))
+        Traceback (most recent call last):
+        ...
+        ValueError: replay.capacity=1000000000000000 needs 16000000.0 GB for its transitions (16 bytes each), ...
+    """
+    row_bytes = sum(leaf.element_size() * leaf.numel() for leaf in template.values(True, True))
+    needed, available = capacity * row_bytes, psutil.virtual_memory().total
+    if needed > available:
+        raise ValueError(f"replay.capacity={capacity} needs {needed / 1e9:.1f} GB for its transitions "
+                         f"({row_bytes} bytes each), more than this machine's {available / 1e9:.1f} GB of memory")
 
 
 def transition_template(env: EnvBase) -> TensorDictBase:
