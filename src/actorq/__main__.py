@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 2 bad input (a one-line ``actorq: error: ...``: an unknown key, group or
 option, bad override syntax, a value out of range), 130/143 interrupted (Ctrl-C/SIGTERM),
-1 anything else (a failed run).
+1 a failed run (one line for a NaN or inf in training, a traceback for anything unforeseen).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from actorq.checks import composition_error
-from actorq.errors import ConfigError
+from actorq.errors import ConfigError, NonFiniteError
 
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
@@ -25,6 +25,9 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as error:
         print(f"actorq: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except NonFiniteError as error:
+        print(f"actorq: error: {error} (summary.json: status failed, in {cfg.run_dir})", file=sys.stderr)
+        sys.exit(1)
     except Interrupted:
         print(f"actorq: interrupted; the last checkpoint and summary.json (status: interrupted) "
               f"are in {cfg.run_dir}", file=sys.stderr)

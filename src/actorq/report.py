@@ -91,6 +91,8 @@ def read_run(run_dir: Path) -> Run:
         try:
             summary = json.loads(summary_file.read_text())
             status = str(summary.get("status", "completed"))
+            if summary.get("error"):  # a failed run says why
+                status += f" ({summary['error']})"
         except json.JSONDecodeError:
             status = "crashed (unreadable summary.json)"
     else:

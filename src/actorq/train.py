@@ -121,7 +121,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     )
     trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
 
-    interrupted = None
+    interrupted = failed = None
     try:
         with warnings.catch_warnings():
             if resume_from is not None:  # it continues in its own run dir, next to its checkpoints
@@ -130,6 +130,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     except SystemExit as stop:  # Lightning's way out after SIGTERM or Ctrl-C, once torn down
         interrupted = Interrupted(143 if trainer.received_sigterm else 130)
         interrupted.__cause__ = stop
+    except Exception as error:  # the summary says the run failed, and why, before it is raised
+        failed = error
     finally:
         experience.shutdown()
     wall_clock = learner.wall_clock  # a resumed run's time before the resume included
@@ -139,9 +141,13 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     summary = make_summary(learner, experience, evaluation, wall_clock, carbon)
     if interrupted is not None:
         summary["status"] = "interrupted"
+    if failed is not None:
+        summary.update(status="failed", error=f"{type(failed).__name__}: {failed}")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if interrupted is not None:
         raise interrupted
+    if failed is not None:
+        raise failed
     objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
                "broadcast": find_callback(callbacks, QuantizeBroadcast), "carbon": carbon,
                "precision_choice": choice}

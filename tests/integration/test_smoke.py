@@ -101,3 +101,14 @@ def test_multirun_sweep_writes_one_run_dir_per_combination(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/summary.json"))]
     assert [s["actor_precision"] for s in summaries] == ["fp32", "int8 static per_channel"]
+
+
+def test_a_run_that_blows_up_stops_in_one_line_with_a_failed_summary(tmp_path):
+    result = run_cli(*TINY, "algo.hidden=[16]", "algo.lr=1e20", "callbacks=no_checkpoint", f"run_dir={tmp_path}",
+                     cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
+    assert len(errors) == 1 and "non-finite loss" in errors[0] and "at learner step" in errors[0]
+    assert "Traceback" not in result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("NonFiniteError: non-finite loss")

@@ -36,6 +36,7 @@ from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
+from actorq.finite import check_finite_loss
 from actorq.replay.base import Sample
 from actorq.replay.experience import Arrivals
 from actorq.resume import rng_states, set_rng_states
@@ -199,7 +200,9 @@ class OffPolicyLearner(L.LightningModule):
 
     def optimizer_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
         """``zero_grad``, backward through Lightning (precision plugins apply), optional
-        gradient-norm clipping, ``step``."""
+        gradient-norm clipping, ``step``; a non-finite loss stops training
+        (:mod:`actorq.finite`)."""
+        check_finite_loss(loss, self, optimizer, self.learner_steps)
         optimizer.zero_grad()
         self.manual_backward(loss)
         if max_grad_norm > 0:
