@@ -2,7 +2,8 @@
 
 Exit codes: 0 done, 2 bad input (a one-line ``actorq: error: ...``: an unknown key, group or
 option, bad override syntax, a value out of range), 130/143 interrupted (Ctrl-C/SIGTERM),
-1 a failed run (one line for a NaN or inf in training, a traceback for anything unforeseen).
+1 a failed run (one line for a NaN or inf in training or an actor worker that kept failing,
+a traceback for anything unforeseen).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from actorq.errors import ConfigError, NonFiniteError
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    from actorq.actors.pool import ActorWorkerError
     from actorq.train import Interrupted, describe_outputs, train
 
     try:
@@ -25,7 +27,7 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as error:
         print(f"actorq: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except NonFiniteError as error:
+    except (NonFiniteError, ActorWorkerError) as error:
         print(f"actorq: error: {error} (summary.json: status failed, in {cfg.run_dir})", file=sys.stderr)
         sys.exit(1)
     except Interrupted:
