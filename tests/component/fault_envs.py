@@ -60,25 +60,26 @@ class Counting(gymnasium.Env):
         return np.array([-1.0 if worker is None else float(worker), float(self.t)])
 
 
-if "faults" not in suites():
+class FaultSuite(EnvSuite):
+    name = "faults"
 
-    @register_suite
-    class FaultSuite(EnvSuite):
-        name = "faults"
+    def names(self):
+        return ["count", "fail-w0-s0"]
 
-        def names(self):
-            return ["count", "fail-w0-s0"]
+    def knows(self, env_name):
+        return env_name == "count" or re.fullmatch(r"fail-w\d+-s\d+", env_name) is not None
 
-        def knows(self, env_name):
-            return env_name == "count" or re.fullmatch(r"fail-w\d+-s\d+", env_name) is not None
+    def make(self, env_name, seed):
+        match = re.fullmatch(r"fail-w(\d+)-s(\d+)", env_name)
+        raw = Counting(*map(int, match.groups())) if match else Counting()
+        env = TransformedEnv(GymWrapper(raw), Compose(DoubleToFloat(), RewardSum()))
+        if seed is not None:
+            env.set_seed(seed)
+        return env
 
-        def make(self, env_name, seed):
-            match = re.fullmatch(r"fail-w(\d+)-s(\d+)", env_name)
-            raw = Counting(*map(int, match.groups())) if match else Counting()
-            env = TransformedEnv(GymWrapper(raw), Compose(DoubleToFloat(), RewardSum()))
-            if seed is not None:
-                env.set_seed(seed)
-            return env
+
+if FaultSuite.name not in suites():  # workers import this module when they unpickle the policy
+    register_suite(FaultSuite)
 
 
 class ConstantAction(nn.Module):

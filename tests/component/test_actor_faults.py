@@ -15,7 +15,17 @@ import pytest
 import torch
 
 from actorq.actors.pool import ActorPool, ActorWorkerError
-from tests.component.fault_envs import ConstantAction
+from actorq.envs import register_suite, suites, unregister_suite
+from tests.component.fault_envs import ConstantAction, FaultSuite
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fault_suite():
+    """The fault suite for this module's tests only: other tests list the registered suites."""
+    if FaultSuite.name not in suites():
+        register_suite(FaultSuite)
+    yield
+    unregister_suite(FaultSuite.name)
 
 
 @pytest.fixture
