@@ -18,6 +18,10 @@ from actorq.actors.pool import ActorPool, ActorWorkerError
 from actorq.envs import register_suite, suites, unregister_suite
 from tests.component.fault_envs import ConstantAction, FaultSuite
 
+# A failure is noticed well under a second on a quiet machine (measured 0.1-2 s); 4.1 s was
+# seen on a 2-core machine at load 4. The bound still fails a pool that only notices at the
+# next push or the 60 s acknowledgement timeout.
+DETECTION_BOUND_S = 10.0
 
 @pytest.fixture(autouse=True, scope="module")
 def fault_suite():
@@ -116,7 +120,7 @@ def test_a_killed_worker_is_restarted_with_the_current_weights(no_stray_workers,
     assert pool.restarts == 1
     [record] = [r for r in caplog.records if "restarting" in r.getMessage()]
     assert "actor worker 0 failed (killed by signal SIGKILL)" in record.getMessage()
-    assert record.created - killed_at < 3.0, f"noticed after {record.created - killed_at:.1f} s"
+    assert record.created - killed_at < DETECTION_BOUND_S, f"noticed after {record.created - killed_at:.1f} s"
     assert len(actions_after_restart) >= 8
     assert all(torch.equal(a, torch.full_like(a, 7.0)) for a in actions_after_restart)
     assert pool.frames == 800
@@ -196,9 +200,10 @@ def test_an_env_that_raises_restarts_its_pool_then_stops_it(no_stray_workers, ca
     finally:
         pool.shutdown()
     # Worker 1 raises right after its batch of steps 50-99 arrives (its env is instant), and
-    # the pool hears of it at once: the dying process itself lingers for seconds.
+    # the pool hears of it at once (well under a second on a quiet machine): the dying process
+    # itself lingers for seconds.
     [record] = [r for r in caplog.records if "restarting" in r.getMessage()]
-    assert record.created - last_from_1 < 2.5, f"noticed after {record.created - last_from_1:.1f} s"
+    assert record.created - last_from_1 < DETECTION_BOUND_S, f"noticed after {record.created - last_from_1:.1f} s"
     assert error.value.worker == 1 and error.value.cause == "RuntimeError: injected fault at step 120"
     assert str(error.value).endswith("(after 1 restarts; actors.max_restarts=1)")
     assert pool.restarts == 1
