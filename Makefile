@@ -24,8 +24,12 @@ install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev
 
+# `make run`: the default experiment twice, fp32 and int8 actors (same seed, same budget),
+# then the comparison report (table printed, report.md and plots in the sweep dir).
+RUN_SWEEP := outputs/make-run/$(shell date +%Y-%m-%d_%H-%M-%S)
 run: install
-	$(PY) -m actorq +experiment=dqn_cartpole
+	$(PY) -m actorq -m +experiment=dqn_cartpole quant.bits=32,8 hydra.sweep.dir=$(RUN_SWEEP)
+	$(PY) -m actorq.report $(RUN_SWEEP)
 
 test: install-dev
 	$(PY) -m pytest

@@ -1,4 +1,10 @@
-"""``python -m actorq +experiment=NAME key=value ...``: train one run (or a sweep with -m)."""
+"""``python -m actorq +experiment=NAME key=value ...``: train one run (or a sweep with -m).
+
+Exit codes: 0 done, 2 bad input (a one-line ``actorq: error: ...``: an unknown key, group or
+option, bad override syntax, a value out of range), 130/143 interrupted (Ctrl-C/SIGTERM),
+1 a failed run (one line for a NaN or inf in training or an actor worker that kept failing,
+a traceback for anything unforeseen).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,13 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from actorq.errors import ConfigError
+from actorq.checks import composition_error
+from actorq.errors import ConfigError, NonFiniteError
 
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    from actorq.actors.pool import ActorWorkerError
     from actorq.train import Interrupted, describe_outputs, train
 
     try:
@@ -19,6 +27,9 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as error:
         print(f"actorq: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except (NonFiniteError, ActorWorkerError) as error:
+        print(f"actorq: error: {error} (summary.json: status failed, in {cfg.run_dir})", file=sys.stderr)
+        sys.exit(1)
     except Interrupted:
         print(f"actorq: interrupted; the last checkpoint and summary.json (status: interrupted) "
               f"are in {cfg.run_dir}", file=sys.stderr)
@@ -29,5 +40,14 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_return"]
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python -m actorq`` and the ``actorq`` command: the overrides must compose, then Hydra runs."""
+    error = composition_error(sys.argv[1:])
+    if error is not None:
+        print(f"actorq: error: {error}", file=sys.stderr)
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,8 @@
-"""Checks on a composed run config that no single object can make: types of the keys every
-run has, and consistency across groups. ``train()`` runs them before anything is built, so a
-bad value stops the run with one line (exit code 2) before any actor process starts.
+"""Checks before a run starts: its overrides compose (:func:`composition_error`, run by
+``python -m actorq``), and the composed config passes what no single object can check: types
+of the keys every run has, and consistency across groups (:func:`check_run_config`, run by
+``train()`` before anything is built). A bad value stops the run with one line (exit code 2)
+before any actor process starts.
 
 Values that belong to one object (an algorithm's learning rates, the replay's fanout, ...)
 are checked by that object's constructor.
@@ -16,15 +18,19 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 from omegaconf import DictConfig
 
 from actorq.errors import ConfigError
 
 TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer", "seed",
-                  "run_dir", "eval", "hydra"}
+                  "run_dir", "eval", "checkpoint", "ckpt_path", "hydra"}
 POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
-                     "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step")
-NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "algo.learning_starts")
+                     "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
+                     "eval.every_frames", "eval.episodes")
+NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
+BOOLEANS = ("actors.restart_on_failure",)
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -32,7 +38,9 @@ def check_run_config(cfg: DictConfig) -> None:
     check_top_level(cfg)
     check_seed(cfg)
     check_integers(cfg)
+    check_booleans(cfg)
     check_budget(cfg)
+    check_actor_sizes(cfg)
     check_trainer(cfg)
 
 
@@ -62,6 +70,13 @@ def check_integers(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} must be >= 0, got {value!r}")
 
 
+def check_booleans(cfg: DictConfig) -> None:
+    for key in BOOLEANS:
+        value = _select(cfg, key)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+
+
 def check_budget(cfg: DictConfig) -> None:
     """The frame budget must leave room to learn, and the replay must hold a batch."""
     total, starts = _select(cfg, "actors.total_frames"), _select(cfg, "algo.learning_starts")
@@ -71,6 +86,29 @@ def check_budget(cfg: DictConfig) -> None:
     capacity, batch = _select(cfg, "replay.capacity"), _select(cfg, "algo.batch_size")
     if capacity is not None and batch is not None and capacity < batch:
         raise ConfigError(f"replay.capacity={capacity} cannot hold one batch of algo.batch_size={batch}")
+
+
+MAX_ENVS_PER_WORKER = 1024  # one worker steps its envs one after another
+
+
+def max_workers() -> int:
+    """More actor processes than this only share the same cores (and file handles)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_actor_sizes(cfg: DictConfig) -> None:
+    """Sizes a machine can start: a typo like ``actors.num_workers=100000`` must be refused
+    here, not by the operating system after thousands of processes."""
+    workers, envs = _select(cfg, "actors.num_workers"), _select(cfg, "actors.envs_per_worker")
+    if workers is not None and workers > max_workers():
+        raise ConfigError(f"actors.num_workers={workers} is more than 4 processes per CPU core "
+                          f"({max_workers()} here); use actors.envs_per_worker to step more envs per process")
+    if envs is not None and envs > MAX_ENVS_PER_WORKER:
+        raise ConfigError(f"actors.envs_per_worker={envs} is more than {MAX_ENVS_PER_WORKER}; "
+                          "use more actors.num_workers")
+    batch, total = _select(cfg, "actors.frames_per_batch"), _select(cfg, "actors.total_frames")
+    if batch is not None and total is not None and batch > total:
+        raise ConfigError(f"actors.frames_per_batch={batch} is more than actors.total_frames={total}")
 
 
 def check_trainer(cfg: DictConfig) -> None:
@@ -91,3 +129,43 @@ def _select(cfg: DictConfig, key: str):
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def composition_error(argv: list[str]) -> str | None:
+    """Why Hydra cannot compose the config of a single run from ``argv``, in one line (``None``
+    when it can). Sweeps (``-m``), Hydra's own flags and ``hydra.*`` overrides are left to
+    Hydra, which checks each job itself."""
+    if any(arg.startswith("-") for arg in argv):
+        return None
+    overrides = [arg for arg in argv if not arg.lstrip("+~").startswith("hydra")]
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_module("actorq.conf", version_base="1.3"):
+            compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as error:  # Hydra raises all three
+        message = str(error)
+        if "is not in struct" in str(error.__cause__):
+            message = message.replace(".\n", ": no such key.\n", 1)
+        return _one_line(message)
+    return None
+
+
+def _one_line(message: str) -> str:
+    """Hydra's multi-line message as one line: the first line, its hint, the options offered.
+
+    >>> _one_line("In 'config': Could not find 'algo/x'\\n\\nAvailable options in 'algo':\\n\\tdqn\\n\\ttd3\\n"
+    ...          "Config search path:\\n\\tprovider=main")
+    "In 'config': Could not find 'algo/x'; available options in 'algo': dqn, td3"
+    >>> _one_line("Could not override 'foo'.\\nTo append to your config use +foo=1")
+    "Could not override 'foo'. To append to your config use +foo=1"
+    """
+    head, _, rest = message.partition("\n")
+    if "Available options in" in rest:
+        listing = rest.split("Available options in", 1)[1].split("Config search path", 1)[0]
+        group, _, options = listing.partition(":")
+        return f"{head}; available options in {group.strip()}: {', '.join(options.split())}"
+    hint = rest.strip().splitlines()[0] if rest.strip() else ""
+    return f"{head} {hint}".strip()

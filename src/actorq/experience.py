@@ -1,10 +1,12 @@
 """The experience pipeline the Trainer owns: environment, replay, writer and actor pool.
 
 :class:`Experience` is a ``LightningDataModule``. ``trainer.fit(learner, datamodule=experience)``
-builds the replay, the n-step writer and the actor pool in :meth:`Experience.setup` (the
-learner is complete by then, so they can read its ``n_step``, ``gamma`` and planned updates),
-iterates the actor pool as the training data, saves the replay's sampling state in
-checkpoints and shuts the actor processes down in :meth:`Experience.teardown`. The learner
+builds the replay and the n-step writer in :meth:`Experience.setup` (the learner is complete
+by then, so they can read its ``n_step``, ``gamma`` and planned updates), starts the actor
+pool in :meth:`Experience.train_dataloader` (after a resumed run's checkpoint is restored, so
+the actors start from the restored weights and collect only the frames left), iterates it
+as the training data, saves the replay's state in checkpoints and shuts the actor
+processes down in :meth:`Experience.teardown`. The learner
 and the callbacks reach it as ``trainer.datamodule``.
 
 Example:
@@ -22,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,10 @@ from actorq.errors import ConfigError
 from actorq.replay.base import ReplayBuffer
 from actorq.replay.experience import ExperienceWriter
 from actorq.replay.factory import transition_template
+
+# A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
+# (``frames_done``), not from a saved iterator position, which Lightning cannot know.
+warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 
 if TYPE_CHECKING:
     from actorq.actors.pool import ActorPool
@@ -60,7 +67,7 @@ class Experience(L.LightningDataModule):
     Attributes:
         replay: the :class:`~actorq.replay.base.ReplayBuffer` (after ``setup``).
         writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
-        actors: the :class:`~actorq.actors.pool.ActorPool` (after ``setup``).
+        actors: the :class:`~actorq.actors.pool.ActorPool` (after ``train_dataloader``).
         total_frames: env frames the run collects.
     """
 
@@ -96,7 +103,7 @@ class Experience(L.LightningDataModule):
         return make_env(self.env_name, seed=self.seed if seed is None else seed, library=self.library)
 
     def setup(self, stage: str) -> None:
-        if self.actors is not None:
+        if self.replay is not None:
             return
         learner = self.trainer.lightning_module
         self.replay = _construct(
@@ -107,16 +114,23 @@ class Experience(L.LightningDataModule):
         if self._replay_state is not None:
             self.replay.load_state_dict(self._replay_state)
         self.writer = ExperienceWriter(self.replay, learner.n_step, learner.gamma)
-        self.actors = _construct(
-            self.make_actors,
-            env_name=self.env_name,
-            library=self.library,
-            policy=self.actor_policy,
-            seed=self.seed,
-            writer=self.writer if self.writer.in_workers else None,
-        )
 
     def train_dataloader(self) -> ActorPool:
+        """Starts the actor processes, for the frames the run has left (all of them unless
+        it resumed from a checkpoint), running the actors' policy at the learner's current
+        exploration scale; a resumed run's actors reseed from the frames done."""
+        if self.actors is None:
+            learner = self.trainer.lightning_module
+            self.actor_policy.noise_scale.copy_(learner.policy.noise_scale)
+            self.actors = _construct(
+                self.make_actors,
+                env_name=self.env_name,
+                library=self.library,
+                policy=self.actor_policy,
+                seed=self.seed + learner.frames,
+                writer=self.writer if self.writer.in_workers else None,
+                frames_done=learner.frames,
+            )
         return self.actors
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
@@ -131,8 +145,8 @@ class Experience(L.LightningDataModule):
             self.actors.shutdown()
 
     def state_dict(self) -> dict:
-        """The replay's sampling state (beta's progress, generators; transitions are not
-        saved), the actors' precision and the payload they last received."""
+        """The replay's state (sampling state; with ``replay.checkpoint`` its contents and
+        priorities too), the actors' precision and the payload they last received."""
         state = {"replay": self.replay.state_dict() if self.replay is not None else {}}
         if self.quant is not None:
             state["quant"] = dataclasses.asdict(self.quant)
@@ -146,6 +160,8 @@ class Experience(L.LightningDataModule):
             self.replay.load_state_dict(replay_state)
         else:
             self._replay_state = replay_state
+        if self.actor_policy is not None and "payload" in state_dict:
+            self.actor_policy.network.load_payload(state_dict["payload"])
 
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:

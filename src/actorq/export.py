@@ -40,6 +40,7 @@ from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
 from actorq.quant.codecs import registered
+from actorq.resume import EXPERIENCE_STATE
 
 METADATA_FILE = "actorq.json"
 
@@ -97,9 +98,6 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
         scripted = torch.jit.script(policy)
         torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: json.dumps(metadata)})
     return path
-
-
-EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name
 
 
 def load_learner(checkpoint: dict):

@@ -91,6 +91,8 @@ def read_run(run_dir: Path) -> Run:
         try:
             summary = json.loads(summary_file.read_text())
             status = str(summary.get("status", "completed"))
+            if summary.get("error"):  # a failed run says why
+                status += f" ({summary['error']})"
         except json.JSONDecodeError:
             status = "crashed (unreadable summary.json)"
     else:
@@ -354,6 +356,13 @@ def write_report(paths: list[Path], out: Path, target_override: float | None = N
     return report
 
 
+def terminal_summary(markdown: str) -> str:
+    """The report's sections and tables as they read in a terminal: no intro, no images."""
+    body = markdown.split("\n## ", 1)[-1]
+    lines = [line for line in ("## " + body).splitlines() if not line.startswith("![")]
+    return "\n".join(line for i, line in enumerate(lines) if line or (i and lines[i - 1]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m actorq.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="sweep dirs or run dirs")
@@ -369,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as error:
         print(f"actorq.report: error: {error}", file=sys.stderr)
         return 2
+    print(terminal_summary(report.read_text()))
     print(f"Report: {report}")
     return 0
 

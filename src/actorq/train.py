@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.experience import Experience
 from actorq.quant import resolve_precision
+from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
         )
     try:
         learner = make_learner(spec=spec)
-    except ValueError as error:
+    except (ValueError, TypeError) as error:
         raise ConfigError(f"{algo_cls.__name__}: {error}") from error
     check_policy_network(learner.behaviour_network, stochastic=learner.policy.stochastic)
     return learner
@@ -87,9 +88,9 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     """
     check_run_config(cfg)
     run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
+    checkpoint = load_checkpoint(resume_from) if resume_from else None
     config = OmegaConf.to_container(cfg, resolve=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
@@ -99,12 +100,20 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     logger = build(cfg.logger)
 
     quant = build(cfg.quant)
+    if checkpoint is not None:
+        quant = resumed_precision(checkpoint, quant)
     observations = random_observations(env, quant.calibration_samples)
     quant, choice = resolve_precision(learner.behaviour_network, quant, cfg.actors.envs_per_worker,
                                       observations, discrete=spec.discrete)
+    if checkpoint is not None:
+        check_checkpoint(checkpoint, resume_from, config, learner, quant)
+        del checkpoint  # Lightning reads it again (weights_only) when it restores the run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
-        logger.log_metrics(choice.metrics(), step=0)
+        if resume_from is None:  # a resumed run's curves already start with it
+            logger.log_metrics(choice.metrics(), step=0)
     experience = Experience(
         cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
         actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
@@ -112,25 +121,33 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     )
     trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
 
-    started = time.perf_counter()
-    interrupted = None
+    interrupted = failed = None
     try:
-        trainer.fit(learner, datamodule=experience)
+        with warnings.catch_warnings():
+            if resume_from is not None:  # it continues in its own run dir, next to its checkpoints
+                warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+            trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
     except SystemExit as stop:  # Lightning's way out after SIGTERM or Ctrl-C, once torn down
         interrupted = Interrupted(143 if trainer.received_sigterm else 130)
         interrupted.__cause__ = stop
+    except Exception as error:  # the summary says the run failed, and why, before it is raised
+        failed = error
     finally:
         experience.shutdown()
-    wall_clock = time.perf_counter() - started
+    wall_clock = learner.wall_clock  # a resumed run's time before the resume included
 
     evaluation = find_callback(callbacks, Evaluation)
     carbon = find_callback(callbacks, CarbonTracker)
     summary = make_summary(learner, experience, evaluation, wall_clock, carbon)
     if interrupted is not None:
         summary["status"] = "interrupted"
+    if failed is not None:
+        summary.update(status="failed", error=f"{type(failed).__name__}: {failed}")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if interrupted is not None:
         raise interrupted
+    if failed is not None:
+        raise failed
     objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
                "broadcast": find_callback(callbacks, QuantizeBroadcast), "carbon": carbon,
                "precision_choice": choice}

@@ -96,3 +96,25 @@ def test_evaluation_validates_arguments():
         Evaluation(every_frames=0)
     with pytest.raises(ValueError, match="eval.episodes must be positive"):
         Evaluation(every_frames=10, episodes=0)
+
+
+def test_frame_checkpoint_validates_arguments(tmp_path):
+    import pytest
+
+    from actorq.callbacks.checkpoint import FrameCheckpoint
+
+    with pytest.raises(ValueError, match="checkpoint.every_frames must be a positive integer or null, got 0"):
+        FrameCheckpoint(dirpath=str(tmp_path), every_frames=0)
+    with pytest.raises(ValueError, match="checkpoint.keep_last must be a positive integer or -1"):
+        FrameCheckpoint(dirpath=str(tmp_path), every_frames=10, keep_last=0)
+    only_last = FrameCheckpoint(dirpath=str(tmp_path), every_frames=None)
+    assert not only_last.should_update(10**9) and only_last.save_top_k == 0
+
+
+def test_frame_checkpoint_saves_every_n_frames_before_learning_starts_too(make_cfg, tmp_path):
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "algo.learning_starts=400", "~callbacks.carbon",
+                   "checkpoint.every_frames=100", "checkpoint.keep_last=-1")
+    train(cfg)
+    names = sorted(path.name for path in (tmp_path / "checkpoints").iterdir())
+    assert names == [f"frames={frames}.ckpt" for frames in (100, 200, 300, 400, 500, 600)] + ["last.ckpt"]
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["actorq"]["frames"] == 600

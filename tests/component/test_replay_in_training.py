@@ -85,6 +85,9 @@ def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg
     tags = set(events.Tags()["scalars"])
     assert {"collect/frames", "collect/episode_return", "train/loss_value"} <= tags
     assert max(e.value for e in events.Scalars("collect/frames")) == learner.frames
+    # Two workers writing themselves: no frame dropped, no restart.
+    assert {e.value for e in events.Scalars("collect/dropped_frames")} == {0.0}
+    assert {e.value for e in events.Scalars("collect/actor_restarts")} == {0.0}
 
 
 def test_shared_replay_alone_samples_uniformly(make_cfg):

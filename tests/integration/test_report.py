@@ -60,6 +60,8 @@ def test_report_of_a_sweep_has_the_table_and_plots(sweep, tmp_path):
     assert all(p.read_bytes().startswith(PNG) and p.stat().st_size > 1000 for p in pngs)
     assert all(f"]({p.name})" in report for p in pngs)
     assert "## Missing or crashed runs\n\n- none" in report
+    printed = result.stdout  # the same tables, for the terminal (what `make run` ends with)
+    assert table_rows(printed) == rows and "## DQN on CartPole-v1" in printed and "![" not in printed
 
 
 def test_crashed_and_missing_runs_are_reported_not_averaged(sweep, tmp_path):

@@ -42,8 +42,12 @@ def test_tensorboard_events_have_the_documented_metric_names(make_cfg, tmp_path)
     events.Reload()
     tags = set(events.Tags()["scalars"])
     for tag in ("train/loss_value", "collect/frames", "collect/frames_per_s", "eval/return_mean",
-                "time/collect_fraction", "train/learner_steps"):
+                "time/collect_fraction", "train/learner_steps", "collect/dropped_frames",
+                "collect/actor_restarts"):
         assert tag in tags, tag
+    # A healthy run loses no frame and restarts no actor.
+    assert {event.value for event in events.Scalars("collect/dropped_frames")} == {0.0}
+    assert {event.value for event in events.Scalars("collect/actor_restarts")} == {0.0}
     assert all(tag.split("/")[0] in {"train", "collect", "eval", "quant", "time", "energy"} for tag in tags)
     # The x-axis is env frames.
     assert max(event.step for event in events.Scalars("collect/frames")) == 600
@@ -71,18 +75,22 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
         (["actors.num_workers=0"], "actors.num_workers must be positive"),
         (["algo.batch_size=-1"], "batch_size must be positive"),
         (["replay.capacity=0"], "capacity must be positive"),
+        (["algo.nope=1"], "Could not override 'algo.nope': no such key. To append to your config use +algo.nope=1"),
+        (["env=nope"], "Could not find 'env/nope'; available options in 'env': "),
+        (["quant.bits=[8"], "no viable alternative at input '[8'"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, overrides, message):
     result = run_cli(*overrides, f"run_dir={tmp_path}", cwd=tmp_path)
-    assert result.returncode != 0
-    assert message in result.stderr
+    assert result.returncode == 2, result.stderr[-2000:]
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
+    assert len(error_lines) == 1 and message in error_lines[0]
     assert "Traceback" not in result.stderr
 
 
 def test_unknown_algorithm_lists_the_choices(tmp_path):
     result = run_cli("algo=ppo", f"run_dir={tmp_path}", cwd=tmp_path)
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert "algo/ppo" in result.stderr and "dqn" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -93,3 +101,14 @@ def test_multirun_sweep_writes_one_run_dir_per_combination(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/summary.json"))]
     assert [s["actor_precision"] for s in summaries] == ["fp32", "int8 static per_channel fp32-ends"]
+
+
+def test_a_run_that_blows_up_stops_in_one_line_with_a_failed_summary(tmp_path):
+    result = run_cli(*TINY, "algo.hidden=[16]", "algo.lr=1e20", "callbacks=no_checkpoint", f"run_dir={tmp_path}",
+                     cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
+    assert len(errors) == 1 and "non-finite loss" in errors[0] and "at learner step" in errors[0]
+    assert "Traceback" not in result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("NonFiniteError: non-finite loss")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from actorq.bench import actors, learner, learning, recipes
+from actorq.bench import actors, learner, learning, recipes, regime
 
 
 @pytest.mark.parametrize("module", [learner, actors])
@@ -35,8 +35,20 @@ def test_recipes_benchmark_quantizes_one_trained_network_per_run(tmp_path):
     assert trained.stat().st_mtime_ns == written and again[1]["return"] == rows[1]["return"]
 
 
+def test_regime_benchmark_predicts_a_grid_and_checks_it_with_real_runs(tmp_path):
+    plot = tmp_path / "regime.png"
+    rows = regime.main(["--quick", "--out", str(tmp_path / "r.json"), "--plot", str(plot)])
+    assert [(row["width"], row["update_to_data"]) for row in rows] == [(64, 0.25), (64, 1.0)]
+    for row in rows:
+        slower_side = min(row["actor_fps_fp32"], row["learner_ups"] / row["update_to_data"])
+        assert row["predicted_fps_fp32"] == pytest.approx(slower_side)
+    checked = rows[1]  # --quick checks 64:1.0 with a real fp32 run and a real int8 run
+    assert checked["measured_speedup"] > 0 and checked["measured_speedup"] == checked["measured_speedup"]
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
 def test_dispatcher_lists_benchmarks_and_rejects_unknown_names():
     result = subprocess.run([sys.executable, "-m", "actorq.bench", "nope"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    for name in ("learner", "inference", "actors", "replay", "learning", "recipes"):
+    for name in ("learner", "inference", "actors", "replay", "learning", "recipes", "regime"):
         assert name in result.stderr

@@ -7,6 +7,8 @@ from actorq.algos.base import Exploration, soft_update
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
+from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
+from actorq.errors import NonFiniteError
 from actorq.replay.uniform import UniformReplay
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer, fit_fixed_batch, random_sample
 
@@ -120,3 +122,25 @@ def test_logged_terms_are_means_over_the_updates_of_a_batch():
     metrics = learner._learn(new_frames=4)  # four updates: terms 1, 2, 3, 4
     assert learner.learner_steps == 4
     assert float(metrics["loss_value"]) == 2.5
+
+
+def test_a_non_finite_loss_stops_training_naming_the_step_and_the_tensor():
+    learner = TD3(CONTINUOUS, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,), policy_delay=1)
+    attach_trainer(learner)
+    learner.learner_steps = 41
+    learner.update(random_sample(CONTINUOUS))  # finite: no error
+    with torch.no_grad():
+        learner.critics[1].net[0].weight[0, 0] = float("inf")
+    with pytest.raises(NonFiniteError) as raised:
+        learner.update(random_sample(CONTINUOUS))
+    message = str(raised.value)
+    assert "of critics at learner step 41" in message
+    assert "first non-finite tensor: weight critics.1.net.0.weight" in message
+
+
+def test_non_finite_weights_are_never_broadcast():
+    learner = DQN(DISCRETE, Exploration(0.1), hidden=(16,))
+    with torch.no_grad():
+        learner.q_network.trunk[0].bias[3] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"non-finite weight trunk.0.bias of the policy at learner step 0"):
+        QuantizeBroadcast(every_n_steps=1).broadcast(experience=None, learner=learner)

@@ -24,14 +24,21 @@ once per batch written (``tests/component/test_replay_in_training.py`` runs it).
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
+import queue
+import re
+import signal
+import time
 from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
+import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.collectors import MultiAsyncCollector
+from torchrl.collectors import Collector, MultiAsyncCollector
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.envs import OBSERVATION, make_env
@@ -39,6 +46,37 @@ from actorq.envs.batched import make_batched_env
 
 if TYPE_CHECKING:
     from actorq.replay.experience import ExperienceWriter
+
+log = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 60.0
+"""How long :meth:`ActorPool.push` waits for a live worker to take new weights."""
+
+_WORKER_INDEX: int | None = None
+
+
+def worker_index() -> int | None:
+    """The index (``0 .. num_workers - 1``) of the actor worker this process runs, ``None``
+    outside actor workers. It is set before the worker builds its envs, so an env may read it.
+
+    Example:
+        >>> worker_index() is None  # the learner's process
+        True
+    """
+    return _WORKER_INDEX
+
+
+class ActorWorkerError(RuntimeError):
+    """An actor worker died or its env raised, and the pool may not restart (again).
+
+    Attributes:
+        worker: the worker's index.
+        cause: what ended it (the exception it raised, or the signal or exit code).
+    """
+
+    def __init__(self, worker: int, cause: str, detail: str = ""):
+        self.worker, self.cause = worker, cause
+        super().__init__(f"actor worker {worker} failed: {cause}{detail}")
 
 
 class Written:
@@ -74,11 +112,184 @@ def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str
     return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed, library=library))
 
 
+class _WorkerFailed(Exception):
+    """Raised in the learner's process when a worker is found dead; ``batch`` is one it had
+    already handed over (yield it before recovering) or ``None``."""
+
+    def __init__(self, worker: int, cause: str, batch: TensorDictBase | None = None):
+        super().__init__(f"worker {worker}: {cause}")
+        self.worker, self.cause, self.batch = worker, cause, batch
+
+
+class _ReportingCollector(Collector):
+    """The collector inside one worker process: TorchRL's own, plus two reports to the
+    learner's process: the frames of every batch it collected (``produced[worker]``, written
+    before the hand-over) and the exception that ends the worker (``errors``)."""
+
+    produced: torch.Tensor
+    errors: multiprocessing.Queue
+
+    def iterator(self) -> Iterator[TensorDictBase]:
+        try:
+            for batch in super().iterator():
+                if batch is not None:
+                    self.produced[self.worker_idx] += batch.numel()
+                yield batch
+        except Exception as error:
+            self.errors.put((self.worker_idx, f"{type(error).__name__}: {error}"))
+            raise
+
+
+class _WorkerCollectorFactory:
+    """TorchRL's ``collector_class`` hook: builds each worker's :class:`_ReportingCollector`
+    in the worker process (TorchRL calls it with the worker's index) and records that index
+    for :func:`worker_index`."""
+
+    def __init__(self, produced: torch.Tensor, errors: multiprocessing.Queue):
+        self.produced, self.errors = produced, errors
+
+    def __call__(self, *args, **kwargs) -> Collector:
+        global _WORKER_INDEX
+        _WORKER_INDEX = kwargs.get("worker_idx")
+        # TorchRL's worker loop sets ``_ignore_rb`` on the class it is given (here, on us).
+        _ReportingCollector._ignore_rb = vars(self).get("_ignore_rb", Collector._ignore_rb)
+        collector = _ReportingCollector(*args, **kwargs)
+        collector.produced, collector.errors = self.produced, self.errors
+        return collector
+
+
+class _Collector(MultiAsyncCollector):
+    """TorchRL 0.14's ``MultiAsyncCollector`` with what a pool that loses nothing and never
+    hangs needs; each override is small and says which TorchRL behaviour it changes.
+
+    - Hand-over: TorchRL's queue of batches holds ONE item (``_queue_len``), and a worker
+      whose ``queue_out.put(..., timeout=1.0)`` times out throws its batch away and collects
+      another (``torchrl/collectors/_runner.py``, the ``except queue.Full`` branches). A
+      worker hands over at most one batch and then waits for the learner's "continue", so a
+      queue of ``num_workers`` items never fills and no put ever times out.
+    - Accounting: every batch a worker collected is counted in ``produced[worker]`` before
+      its hand-over, and a worker collects nothing more until it hears back, so when a batch
+      arrives, ``produced[worker]`` minus what arrived from it is what it dropped.
+    - Liveness: while waiting for a batch, and after receiving one, the workers are checked;
+      a dead one raises :class:`_WorkerFailed` naming it and its cause (the exception its
+      env raised, or the signal that killed it).
+    """
+
+    def __init__(self, *args, produced: torch.Tensor, errors: multiprocessing.Queue, **kwargs):
+        self.produced, self.errors = produced, errors  # first: a failed start shuts down
+        super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors), **kwargs)
+        self.accounted = [0] * self.num_workers  # produced[w] when w's last batch arrived
+        self.received_frames = [0] * self.num_workers
+        self.dropped_frames = 0
+        self.causes: dict[int, str] = {}
+
+    @property
+    def _queue_len(self) -> int:
+        return self.num_workers
+
+    def _get_from_queue(self, timeout=None):
+        try:
+            idx, j, out = super()._get_from_queue(timeout=timeout)
+        except (queue.Empty, TimeoutError):
+            self.check_workers()
+            raise
+        frames = out.numel() if out is not None else self.frames_per_batch_worker()
+        produced = int(self.produced[idx])
+        if self.replay_buffer is None:  # a worker that writes itself stored it before announcing
+            self.dropped_frames += max(0, produced - self.accounted[idx] - frames)
+        self.accounted[idx] = produced
+        self.received_frames[idx] += frames
+        try:
+            self.check_workers()
+        except _WorkerFailed as failure:
+            failure.batch = out
+            raise
+        return idx, j, out
+
+    def check_workers(self) -> None:
+        """Raises :class:`_WorkerFailed` for the first worker that reported an exception (its
+        process takes seconds to exit: TorchRL's shutdown in it waits for its weight-receiver
+        thread) or is dead."""
+        self._read_errors(wait=0.0)
+        for worker in sorted(self.causes):
+            raise _WorkerFailed(worker, self.causes[worker])
+        for worker, process in enumerate(self.procs):
+            if not process._closed and not process.is_alive():
+                raise _WorkerFailed(worker, self.cause(worker, process.exitcode))
+
+    def cause(self, worker: int, exitcode: int | None) -> str:
+        """What ended ``worker``: the exception it reported, else its signal or exit code."""
+        self._read_errors(wait=0.2)
+        if worker in self.causes:
+            return self.causes[worker]
+        if exitcode is not None and exitcode < 0:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        return f"exited with code {exitcode}"
+
+    def _read_errors(self, wait: float) -> None:
+        while True:
+            try:
+                reporter, message = self.errors.get(timeout=wait) if wait else self.errors.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            self.causes.setdefault(reporter, message)
+
+    def in_flight_frames(self) -> int:
+        """Frames the workers collected that have not arrived (lost if the pool stops now)."""
+        return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.num_workers))
+
+    def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
+        """TorchRL's shutdown, then the weight-sync scheme's own, now: left to garbage
+        collection at interpreter exit, the scheme's ``__del__`` puts "stop" on a queue, which
+        starts a feeder thread that can never start then, and the process hangs on exit."""
+        try:
+            super().shutdown(timeout=timeout, close_env=close_env, raise_on_error=raise_on_error)
+        finally:
+            for scheme in (getattr(self, "_weight_sync_schemes", None) or {}).values():
+                scheme.shutdown()
+            self.errors.close()
+
+    def push(self, weights: TensorDictBase, timeout: float = ACK_TIMEOUT_S) -> None:
+        """TorchRL's weight push waits for every worker's acknowledgement with no timeout
+        (``MultiProcessWeightSyncScheme.send`` -> ``_wait_for_ack(timeout=None)``), so a dead
+        worker hangs it. Here the send does not wait, and the acknowledgements are awaited
+        worker by worker while checking that the worker is alive."""
+        self.check_workers()
+        scheme = self._weight_sync_schemes["policy"]
+        scheme.sync = False
+        self.update_policy_weights_(weights)
+        for worker, process in enumerate(self.procs):
+            started = time.monotonic()
+            while True:
+                try:
+                    scheme._ack_queues[worker].get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    if not process.is_alive():
+                        raise _WorkerFailed(worker, self.cause(worker, process.exitcode)) from None
+                    if time.monotonic() - started > timeout:
+                        raise _WorkerFailed(worker, f"took no weights within {timeout:.0f} s "
+                                                    "(alive but stuck)") from None
+
+
+_TORCHRL_FAILURE = re.compile(r"worker (\d+) \(exit code (-?\d+)\)")
+
+
 class ActorPool:
     """``num_workers`` actor processes collecting concurrently with the learner.
 
     Iterating yields one worker's batch at a time (``frames_per_batch`` steps), while that
     worker already collects its next batch. Weights reach the workers through :meth:`push`.
+
+    Every batch a worker collects reaches the iteration (TorchRL's default hand-over drops a
+    batch that waits more than a second; see :class:`_Collector`); what is lost anyway (the
+    batches in flight when a failed pool restarts) is counted in :attr:`dropped_frames`.
+
+    A worker that dies (killed, or its env raised) is noticed within about a second, by the
+    iteration or by :meth:`push`. With ``restart_on_failure`` the pool then restarts all its
+    workers with the last pushed weights (counted in :attr:`restarts`) and goes on, up to
+    ``max_restarts`` times; otherwise, or beyond that, it stops its workers and raises
+    :class:`ActorWorkerError` naming the worker and the cause.
 
     Args:
         env_name: environment for :func:`actorq.envs.make_env`.
@@ -98,6 +309,18 @@ class ActorPool:
         lean_envs: step each worker's envs through the lean batched env
             (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
             TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
+        frames_done: frames a resumed run collected before its checkpoint: the workers
+            collect only ``total_frames - frames_done`` more (random actions only for what
+            is left of ``init_random_frames``), while ``len()`` still counts the batches of
+            the whole run, as the resumed trainer's batch counters do.
+        restart_on_failure: restart the workers when one fails (else raise at once).
+        max_restarts: restarts allowed in one run; the next failure raises.
+
+    Attributes:
+        frames: frames yielded so far (or, with a ``writer``, announced as written),
+            counting a resumed run's ``frames_done``.
+        dropped_frames: frames the workers collected that never reached the iteration.
+        restarts: how many times the workers were restarted after a failure.
     """
 
     def __init__(
@@ -113,49 +336,155 @@ class ActorPool:
         library: str | None = None,
         writer: ExperienceWriter | None = None,
         lean_envs: bool = True,
+        restart_on_failure: bool = True,
+        max_restarts: int = 3,
+        frames_done: int = 0,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
             if value <= 0:
                 raise ValueError(f"actors.{name} must be positive, got {value}")
+        if not 0 <= frames_done < total_frames:
+            raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
         if init_random_frames < 0:
             raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
+        if not isinstance(restart_on_failure, bool):
+            raise ValueError(f"actors.restart_on_failure must be true or false, got {restart_on_failure!r}")
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ValueError(f"actors.max_restarts must be an integer >= 0, got {max_restarts!r}")
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
-        self.collector = MultiAsyncCollector(
-            [env_fn] * num_workers,
-            self.policy,
-            frames_per_batch=frames_per_batch,
-            total_frames=total_frames,
-            init_random_frames=init_random_frames,
-            split_trajs=False,
-            replay_buffer=writer,
-        )
-        self.collector.set_seed(seed)
+        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
+        self.num_workers = num_workers
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
+        self.init_random_frames = init_random_frames
+        self.seed = seed
+        self.frames_done = frames_done
         self.writer = writer
+        self.restart_on_failure = restart_on_failure
+        self.max_restarts = max_restarts
+        self.frames = frames_done
+        self.restarts = 0
+        self._dropped_before = 0  # by collectors that were replaced
+        self._weights: TensorDictBase | None = None  # the last pushed, for restarts
+        self.collector = self._start(total_frames - frames_done)
+
+    def _start(self, total_frames: int) -> _Collector:
+        context = multiprocessing.get_context("spawn")
+        collector = _Collector(
+            [self.env_fn] * self.num_workers,
+            self.policy,
+            frames_per_batch=self.frames_per_batch,
+            total_frames=total_frames,
+            init_random_frames=max(0, self.init_random_frames - self.frames),
+            split_trajs=False,
+            replay_buffer=self.writer,
+            produced=torch.zeros(self.num_workers, dtype=torch.int64).share_memory_(),
+            errors=context.Queue(),
+        )
+        collector.set_seed(self.seed + 1_000_003 * self.restarts)
+        self.collector = collector
+        if self._weights is not None:
+            collector.push(self._weights)
+        return collector
+
+    @property
+    def dropped_frames(self) -> int:
+        return self._dropped_before + self.collector.dropped_frames
 
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
-        for batch in self.collector:
-            if batch is not None:
-                yield batch
-                continue
-            # A worker whose marker waits in the collector's queue collects and writes
-            # another batch meanwhile, so the frame budget counts what was written.
-            last = self.writer.write_count >= self.total_frames
-            yield WRITTEN
-            if last:
+        batches = iter(self.collector)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
                 return
+            except Exception as error:
+                failure = _as_worker_failure(error, self.collector)
+                if failure is None:
+                    raise
+                if failure.batch is None:
+                    self._recover(failure)
+                    batches = iter(self.collector)
+                    continue
+                batch, recovering = failure.batch, failure
+            else:
+                recovering = None
+            if batch is not None:
+                self.frames += batch.numel()
+                yield batch
+            else:
+                # Written by a worker: the frame budget counts what was written.
+                self.frames += self.frames_per_batch
+                last = self.writer.write_count >= self.total_frames - self.frames_done  # written since the resume
+                yield WRITTEN
+                if last:
+                    return
+            if recovering is not None:
+                self._recover(recovering)
+                batches = iter(self.collector)
+            if self.frames >= self.total_frames and self.writer is None:
+                return
+
+    def _recover(self, failure: _WorkerFailed) -> None:
+        """Stops the failed collector; restarts it with the last pushed weights or raises."""
+        old = self.collector
+        if self.writer is None:  # a worker writing itself stored its batches already
+            self._dropped_before += old.in_flight_frames()
+        self._dropped_before += old.dropped_frames
+        old.dropped_frames = 0
+        process = old.procs[failure.worker]
+        if not process._closed and process.is_alive():  # its env raised; it cannot answer "close"
+            process.kill()
+        old.shutdown(timeout=5.0, raise_on_error=False)
+        if not self.restart_on_failure:
+            raise ActorWorkerError(failure.worker, failure.cause, " (actors.restart_on_failure=false)") from None
+        if self.restarts >= self.max_restarts:
+            raise ActorWorkerError(failure.worker, failure.cause,
+                                   f" (after {self.restarts} restarts; actors.max_restarts={self.max_restarts})") from None
+        if self.writer is not None:
+            remaining = self.total_frames - self.frames_done - self.writer.write_count
+        else:
+            remaining = self.total_frames - self.frames
+        self.restarts += 1
+        log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
+                    "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
+                    self.restarts, self.max_restarts)
+        try:
+            self._start(max(remaining, self.frames_per_batch))
+        except _WorkerFailed as again:  # a fresh worker died before it took the weights
+            self._recover(again)
 
     def __len__(self) -> int:
         return -(-self.total_frames // self.frames_per_batch)
 
     def push(self, policy: nn.Module) -> None:
-        """Copies ``policy``'s parameters and buffers into every worker's policy."""
-        weights = TensorDict({"module": TensorDict.from_module(policy)}, batch_size=[])
-        self.collector.update_policy_weights_(weights)
+        """Copies ``policy``'s parameters and buffers into every worker's policy.
+
+        Returns once every worker has them. A dead worker does not hang it: with
+        ``restart_on_failure`` the weights are kept for the restart, which the iteration
+        does; otherwise :class:`ActorWorkerError` is raised.
+        """
+        weights = TensorDict({"module": TensorDict.from_module(policy)}, batch_size=[]).clone()
+        self._weights = weights
+        try:
+            self.collector.push(weights)
+        except _WorkerFailed as failure:
+            if not self.restart_on_failure or self.restarts >= self.max_restarts:
+                self._recover(failure)  # raises ActorWorkerError
+            # else the iteration finds the dead worker and restarts with these weights
 
     def shutdown(self) -> None:
-        self.collector.shutdown()
+        self.collector.shutdown(raise_on_error=False)
+
+
+def _as_worker_failure(error: BaseException, collector: _Collector) -> _WorkerFailed | None:
+    """Our own report of a dead worker, or TorchRL's (when it noticed first), else None."""
+    if isinstance(error, _WorkerFailed):
+        return error
+    match = _TORCHRL_FAILURE.search(str(error)) if isinstance(error, RuntimeError) else None
+    if match is None:
+        return None
+    worker = int(match.group(1))
+    return _WorkerFailed(worker, collector.cause(worker, int(match.group(2))))

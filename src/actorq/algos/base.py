@@ -23,6 +23,8 @@ Attributes that callbacks rely on (documented, stable):
 
 from __future__ import annotations
 
+import math
+
 import time
 import warnings
 from abc import abstractmethod
@@ -34,8 +36,10 @@ from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
+from actorq.finite import check_finite_loss
 from actorq.replay.base import Sample
 from actorq.replay.experience import Arrivals
+from actorq.resume import rng_states, set_rng_states
 
 # TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
 # per update (the schedule counts updates, not optimizer steps), which torch warns about.
@@ -131,9 +135,10 @@ class OffPolicyLearner(L.LightningModule):
         final_lr_fraction: float = 1.0,
     ):
         super().__init__()
-        check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period)
-        if not update_to_data > 0:
-            raise ValueError(f"update_to_data must be positive, got {update_to_data}")
+        check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period,
+                       update_to_data=update_to_data)
+        check_number(gamma=gamma, learning_starts=learning_starts, target_tau=target_tau,
+                     final_lr_fraction=final_lr_fraction)
         if not 0 < gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
@@ -160,6 +165,9 @@ class OffPolicyLearner(L.LightningModule):
         self.time_learn = 0.0
         self._batch_ready_at = None
         self._started_at = None
+        self.wall_clock_before = 0.0  # seconds of training before a resume
+        self._fit_started_at = None
+        self._frames_at_start = 0
 
     # --- what an algorithm provides -------------------------------------------------
 
@@ -192,7 +200,9 @@ class OffPolicyLearner(L.LightningModule):
 
     def optimizer_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
         """``zero_grad``, backward through Lightning (precision plugins apply), optional
-        gradient-norm clipping, ``step``."""
+        gradient-norm clipping, ``step``; a non-finite loss stops training
+        (:mod:`actorq.finite`)."""
+        check_finite_loss(loss, self, optimizer, self.learner_steps)
         optimizer.zero_grad()
         self.manual_backward(loss)
         if max_grad_norm > 0:
@@ -234,7 +244,7 @@ class OffPolicyLearner(L.LightningModule):
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
         started = time.perf_counter()
         if self._started_at is None:
-            self._started_at = started
+            self._started_at, self._frames_at_start = started, self.frames
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
         writer = self.experience.writer
@@ -288,7 +298,8 @@ class OffPolicyLearner(L.LightningModule):
         values.update(
             {
                 "collect/frames": float(self.frames),
-                "collect/frames_per_s": self.frames / max(1e-9, time.perf_counter() - self._started_at),
+                "collect/frames_per_s": (self.frames - self._frames_at_start)
+                / max(1e-9, time.perf_counter() - self._started_at),
                 "train/learner_steps": float(self.learner_steps),
                 "collect/exploration": self.exploration(self.frames),
                 "time/collect_fraction": self.time_collect / total_time if total_time else 0.0,
@@ -298,17 +309,42 @@ class OffPolicyLearner(L.LightningModule):
                 "step": float(self.frames),
             }
         )
+        actors = getattr(self.experience, "actors", None)
+        if actors is not None:  # nothing lost, nothing restarted in a healthy run
+            values["collect/dropped_frames"] = float(actors.dropped_frames)
+            values["collect/actor_restarts"] = float(actors.restarts)
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
 
     # --- checkpoints ----------------------------------------------------------------
 
+    # Networks, target networks, optimizers and schedulers are saved by Lightning; these are
+    # the counters a resumed run continues from, and this process's random states.
+
+    def on_fit_start(self) -> None:
+        self._fit_started_at = time.perf_counter()
+
+    @property
+    def wall_clock(self) -> float:
+        """Seconds of training so far, the time before a resume included."""
+        running = time.perf_counter() - self._fit_started_at if self._fit_started_at is not None else 0.0
+        return self.wall_clock_before + running
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["actorq"] = {"frames": self.frames, "learner_steps": self.learner_steps}
+        checkpoint["actorq"] = {"frames": self.frames, "learner_steps": self.learner_steps,
+                                "update_debt": self._update_debt, "time_collect": self.time_collect,
+                                "time_learn": self.time_learn, "wall_clock": self.wall_clock,
+                                "rng": rng_states()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("actorq", {})
         self.frames = state.get("frames", 0)
         self.learner_steps = state.get("learner_steps", 0)
+        self._update_debt = state.get("update_debt", 0.0)
+        self.time_collect = state.get("time_collect", 0.0)
+        self.time_learn = state.get("time_learn", 0.0)
+        self.wall_clock_before = state.get("wall_clock", 0.0)
+        if "rng" in state:
+            set_rng_states(state["rng"])
 
 
 def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
@@ -341,8 +377,22 @@ def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
         raise TypeError(f"a stochastic policy's head needs sample(features); {type(head).__name__} has none")
 
 
+def check_number(**values: float) -> None:
+    """Raises ``ValueError`` naming the first value that is not a finite real number.
+
+    >>> check_number(lr=float("inf"))
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a finite number, got inf
+    """
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
 def check_positive(**values: float) -> None:
-    """Raises ``ValueError`` naming the first value that is not > 0 (NaN included)."""
+    """Raises ``ValueError`` naming the first value that is not a finite number > 0."""
+    check_number(**values)
     for name, value in values.items():
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")

@@ -12,6 +12,7 @@ BENCHMARKS = {
     "replay": "prioritized replay vs cpprb and TorchRL",
     "learning": "reference learning runs, fp32 vs int8 actors, side by side",
     "recipes": "greedy returns of one trained policy under each int8 recipe",
+    "regime": "where int8 actors pay here: predicted speedup map, checked by real runs",
 }
 
 

@@ -2,7 +2,7 @@
 
 The actors are the real thing: TorchRL collector worker processes (one thread each)
 stepping ``--env`` (cheetah-run) with a ``17 -> W -> W -> W -> 6`` policy, for every policy
-width ``W``, envs per worker and precision (fp32, int8 static, int8 dynamic; the quantized
+width ``W``, envs per worker and precision (fp32, int8 static, int8 dynamic, auto; the quantized
 policy built with ``QuantizedNetwork.from_network`` as the trainer builds it). The main
 process only drains batches, so the rate is what one worker can supply.
 
@@ -38,7 +38,7 @@ from actorq.actors.pool import ActorPool
 from actorq.bench._table import report
 from actorq.envs import EnvSpec, find_suite, make_env, random_observations
 from actorq.networks import DeterministicActor
-from actorq.quant import QuantizedNetwork, QuantSpec, time_forward
+from actorq.quant import QuantizedNetwork, QuantSpec, resolve_precision, time_forward
 
 PRECISIONS = {  # name: the actors' precision (None: fp32)
     "fp32": None,
@@ -46,16 +46,22 @@ PRECISIONS = {  # name: the actors' precision (None: fp32)
     "int8 dynamic": QuantSpec(bits=8, mode="dynamic"),
     "int8 static onednn": QuantSpec(bits=8, mode="static", engine="onednn"),
     "int8 dynamic onednn": QuantSpec(bits=8, mode="dynamic", engine="onednn"),
+    "auto": QuantSpec(bits="auto"),  # picked by measurement at the worker's batch, as train.py does
 }
-DEFAULT_PRECISIONS = ["fp32", "int8 static", "int8 dynamic"]
+DEFAULT_PRECISIONS = ["fp32", "int8 static", "int8 dynamic", "auto"]
+TARGET_AUTO = 0.95  # `auto` must never be slower than fp32 (less this much measurement noise)
 STEPS_PER_BATCH = 32  # steps of every env of a worker per yielded batch
 
 
-def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int = 0) -> ExplorationPolicy:
+def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int = 0,
+                 batch: int = 1) -> ExplorationPolicy:
+    """The actors' policy at ``quant`` (``bits="auto"`` resolved for ``batch`` observations)."""
     env = make_env(env_name, seed=seed)
     spec = EnvSpec.from_env(env)
     torch.manual_seed(seed)
     network = DeterministicActor(spec, (width,) * 3)
+    if quant is not None and quant.bits == "auto":
+        quant, _ = resolve_precision(network, quant, batch, random_observations(env, quant.calibration_samples))
     if quant is not None:
         network = QuantizedNetwork.from_network(network, quant, random_observations(env, quant.calibration_samples))
     return ExplorationPolicy(network, spec, noise_scale=0.1)
@@ -148,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             infer: dict[str, float] = {}
             for _ in range(args.rounds):
                 for name in args.precisions:
-                    policy = actor_policy(args.env, width, PRECISIONS[name])
+                    policy = actor_policy(args.env, width, PRECISIONS[name], batch=envs)
                     if name not in infer:
                         infer[name] = inference_us(policy, args.env, envs) / envs
                     for path, lean in paths.items():
@@ -167,6 +173,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                     rows.append(row)
     title = f"actor frames/s per worker ({args.workers} worker), {args.env}, raw env {raw:.0f} steps/s"
     report(title, rows, args.out or None)
+    auto = [row for row in rows if row["precision"] == "auto" and row["vs_fp32"] == row["vs_fp32"]]
+    if auto:
+        worst = min(auto, key=lambda row: row["vs_fp32"])
+        verdict = "ok" if worst["vs_fp32"] >= TARGET_AUTO else "MISSED"
+        print(f"auto, slowest cell (width {worst['width']}, {worst['envs']} envs, {worst['path']}): "
+              f"{worst['vs_fp32']:.2f}x fp32 (target >= {TARGET_AUTO}x) {verdict}")
     return rows
 
 

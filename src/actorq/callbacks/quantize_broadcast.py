@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 from typing_extensions import override
 
+from actorq.finite import check_finite_weights
 from actorq.quant import fidelity_metrics, payload_nbytes, quantize
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ class QuantizeBroadcast(Callback):
         """Encodes the learner's policy at the actors' precision and pushes it now; returns
         the logged metrics."""
         started = time.perf_counter()
-        quant, policy = experience.quant, experience.actor_policy
         network = on_cpu(learner.behaviour_network)
+        check_finite_weights(network, "the policy", learner.learner_steps)
+        quant, policy = experience.quant, experience.actor_policy
         observations = experience.replay.observations(quant.calibration_samples)
         payload = quantize(network, quant, observations)
         policy.network.load_payload(payload)

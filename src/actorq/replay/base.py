@@ -31,9 +31,14 @@ class Sample:
 
 
 class ReplayBuffer(ABC):
-    """Insert batches of transitions, sample batches, feed back priorities."""
+    """Insert batches of transitions, sample batches, feed back priorities.
+
+    ``state_dict()`` holds the sampling state; with ``save_contents`` (``replay.checkpoint``)
+    also the transitions, their priorities and the write position, as plain tensors.
+    """
 
     capacity: int
+    save_contents: bool = False
 
     @abstractmethod
     def extend(self, transitions: TensorDict) -> None:

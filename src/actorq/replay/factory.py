@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import psutil
 from tensordict import TensorDictBase
 
 from actorq.nstep import nstep_transitions
@@ -38,6 +39,7 @@ def make_replay(
     seed: int = 0,
     template: TensorDictBase | None = None,
     planned_updates: int | None = None,
+    checkpoint: bool = False,
 ) -> ReplayBuffer:
     """Builds the replay buffer the config asks for.
 
@@ -61,10 +63,24 @@ def make_replay(
         template: one transition, giving the shared buffer's keys, shapes and dtypes
             (see :func:`transition_template`); needed when ``shared``.
         planned_updates: the learner updates the run will make, each drawing one sample.
+        checkpoint: checkpoints hold the transitions, priorities and write position too,
+            so that a resumed run continues with the same buffer.
 
     Raises:
         ValueError: for a value the buffers cannot work with.
     """
+    _check_flag("checkpoint", checkpoint)
+    if template is not None:
+        check_fits_in_memory(capacity, template)
+    replay = _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
+                           template, planned_updates)
+    replay.save_contents = checkpoint
+    return replay
+
+
+def _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed, template,
+                  planned_updates) -> ReplayBuffer:
+    """The buffer itself, from :func:`make_replay`'s arguments but ``checkpoint``."""
     _check_flag("prioritized", prioritized)
     _check_flag("shared", shared)
     if not (prioritized or shared):
@@ -81,6 +97,25 @@ def make_replay(
     if template is None:
         raise ValueError("replay.shared=true needs a transition template to allocate the storage")
     return SharedReplay(capacity, template, **options)
+
+
+def check_fits_in_memory(capacity: int, template: TensorDictBase) -> None:
+    """Refuses a ``capacity`` whose transitions alone would not fit in this machine's memory
+    (a typo such as ``replay.capacity=1e12`` must stop the run, not swap the machine).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> check_fits_in_memory(10**15, TensorDict({"observation": torch.zeros(4)}, []))
+        Traceback (most recent call last):
+        ...
+        ValueError: replay.capacity=1000000000000000 needs 16000000.0 GB for its transitions (16 bytes each), ...
+    """
+    row_bytes = sum(leaf.element_size() * leaf.numel() for leaf in template.values(True, True))
+    needed, available = capacity * row_bytes, psutil.virtual_memory().total
+    if needed > available:
+        raise ValueError(f"replay.capacity={capacity} needs {needed / 1e9:.1f} GB for its transitions "
+                         f"({row_bytes} bytes each), more than this machine's {available / 1e9:.1f} GB of memory")
 
 
 def transition_template(env: EnvBase) -> TensorDictBase:

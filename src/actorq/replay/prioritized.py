@@ -94,8 +94,14 @@ class PrioritizedReplay(UniformReplay):
         self.priorities.update(slots, as_numpy(priorities))
 
     def state_dict(self) -> dict:
-        return self.priorities.state_dict()
+        state = {**self.priorities.state_dict(), **self.contents()}
+        if "contents" in state:  # the sum tree's leaves: p_i^alpha of every stored slot
+            state["contents"]["priorities"] = torch.from_numpy(self.priorities.tree.values(np.arange(self.size)))
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.priorities.load_state_dict(state)
+        self.load_contents(state)
+        if "contents" in state:
+            self.priorities.tree.update(np.arange(self.size), state["contents"]["priorities"].numpy())
 

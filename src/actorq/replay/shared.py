@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from actorq.replay.base import ReplayBuffer, Sample
 from actorq.replay.priorities import Priorities, as_numpy
@@ -262,10 +262,43 @@ class SharedReplay(ReplayBuffer):
         self.size += int(finished.sum()) - previously_published
 
     def state_dict(self) -> dict:
-        return self.priorities.state_dict()
+        state = self.priorities.state_dict()
+        if self.save_contents:
+            state["contents"] = self.contents()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.priorities.load_state_dict(state)
+        if "contents" in state:
+            self.load_contents(state["contents"])
+
+    def contents(self) -> dict:
+        """The slots written so far with their stamps and sum-tree leaves, and the write
+        position, as the learner last synced them. Writers keep writing meanwhile: a slot
+        whose stamp changed while it was copied is saved as empty (priority zero)."""
+        self._sync()
+        written = np.arange(min(self._synced, self.capacity))
+        rows = self.storage.read(torch.from_numpy(written))
+        stamps = self._published[written].copy()
+        stamps[self._overwritten(written)] = EMPTY
+        leaves = np.where(stamps >= 0, self.priorities.tree.values(written), 0.0)
+        return {"rows": rows.to_dict(), "stamps": torch.from_numpy(stamps),
+                "priorities": torch.from_numpy(leaves), "reserved": self._synced}
+
+    def load_contents(self, contents: dict) -> None:
+        """Puts back what :meth:`contents` saved, before any writer starts."""
+        stamps = contents["stamps"].numpy()
+        written = np.arange(len(stamps))
+        if len(written):
+            self.storage.write(0, TensorDict(contents["rows"], batch_size=[len(written)]))
+        self._stamps[:] = EMPTY
+        self._stamps[written] = stamps
+        self._published[:] = EMPTY
+        self._published[written] = stamps
+        self._reserved[0] = self._synced = int(contents["reserved"])
+        self._unfinished = np.empty(0, dtype=np.int64)
+        self.size = int((stamps >= 0).sum())
+        self.priorities.tree.update(written, contents["priorities"].numpy())
 
 
 def _ring_slices(first: int, n: int, capacity: int) -> list[tuple[slice, slice]]:

@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from actorq.replay.base import ReplayBuffer, Sample
 from actorq.replay.storage import TransitionStorage
@@ -58,8 +58,26 @@ class UniformReplay(ReplayBuffer):
         return self.size
 
     def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
+        return {"generator": self.generator.get_state(), **self.contents()}
 
     def load_state_dict(self, state: dict) -> None:
         if "generator" in state:
             self.generator.set_state(state["generator"])
+        self.load_contents(state)
+
+    def contents(self) -> dict:
+        """With ``save_contents``: the stored transitions in slot order and the write
+        position (a copy of the buffer in memory while the checkpoint is written)."""
+        if not self.save_contents or self.size == 0:
+            return {}
+        rows = self.storage.read(torch.arange(self.size))
+        return {"contents": {"rows": rows.to_dict(), "cursor": self.cursor, "size": self.size}}
+
+    def load_contents(self, state: dict) -> None:
+        """Puts back what :meth:`contents` saved (nothing if it saved nothing)."""
+        if "contents" not in state:
+            return
+        contents = state["contents"]
+        self.storage, self.cursor, self.size = None, 0, 0
+        self.extend(TensorDict(contents["rows"], batch_size=[contents["size"]]))
+        self.cursor, self.size = contents["cursor"], contents["size"]

@@ -1,0 +1,209 @@
+"""``python -m actorq.bench regime``: where int8 actors shorten a run on this machine.
+
+Actors and learner run at the same time, so a run goes at about
+
+    frames/s = min(actor frames/s, learner updates/s / update_to_data)
+
+and int8 actors shorten it only where the actors are the slower side. This benchmark
+measures both sides here, for TD3 on ``--env`` (cheetah-run) with a ``W x W x W`` actor:
+
+1. actor frames/s of one real worker per width and precision (fp32, int8 static), as
+   ``bench actors`` measures them;
+2. learner updates/s per width (the real TD3 update under the Lightning Trainer, batch
+   256, critic 256x256), as ``bench learner`` measures them;
+3. the predicted speedup of int8 over fp32 actors on a grid of widths x samples per
+   insert (``update_to_data x batch_size``), drawn as a heatmap (``--plot``);
+4. real short runs (``python -m actorq`` as a user runs it, fp32 and int8, same seed and
+   budget) at ``--check`` cells, whose steady frames/s (from the TensorBoard
+   ``collect/frames`` curve after learning starts) give the measured speedup beside the
+   predicted one.
+
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+
+    python -m actorq.bench regime [--quick] [--widths 256 1024 2048]
+        [--update-to-data 0.0039 0.0625 1] [--check 2048:0.00390625] [--plot FILE.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_module
+
+from actorq.algos.td3 import TD3
+from actorq.algos.base import Exploration
+from actorq.bench import actors as actor_bench
+from actorq.bench._table import report
+from actorq.bench.learner import fake_experience, lightning_updates_per_s
+from actorq.envs import EnvSpec, make_env
+from actorq.quant import QuantSpec
+from actorq.train import train
+
+PRECISIONS = {"fp32": None, "int8": QuantSpec(bits=8, mode="static")}
+BATCH_SIZE = 256
+
+
+def predicted_frames_per_s(actor_fps: float, learner_ups: float, update_to_data: float) -> float:
+    """The slower side bounds the run.
+
+    >>> predicted_frames_per_s(1000.0, 200.0, 0.5), predicted_frames_per_s(300.0, 200.0, 0.5)
+    (400.0, 300.0)
+    """
+    return min(actor_fps, learner_ups / update_to_data)
+
+
+def actor_rates(env: str, width: int, batches: int) -> dict[str, float]:
+    """Frames/s of one real actor worker per precision (one env per worker)."""
+    return {name: actor_bench.frames_per_s(env, actor_bench.actor_policy(env, width, quant), workers=1,
+                                           frames_per_batch=128, batches=batches)
+            for name, quant in PRECISIONS.items()}
+
+
+def learner_rate(spec: EnvSpec, width: int, batches: int, frames: int = 128) -> float:
+    """TD3 updates/s under the Lightning Trainer with a ``width x 3`` actor (the first
+    batches fill the replay to a batch and warm up; the rest are timed)."""
+    torch.manual_seed(0)
+    learner = TD3(spec, Exploration(0.1), actor_hidden=(width,) * 3, critic_hidden=(256, 256),
+                  batch_size=BATCH_SIZE, learning_starts=0, update_to_data=1.0)
+    return lightning_updates_per_s(learner, fake_experience(spec, max(batches, 3), frames))
+
+
+def measured_speedup(env: str, width: int, update_to_data: float, frames: int, runs_dir: Path,
+                     quick: bool) -> dict[str, float]:
+    """Steady frames/s of real fp32 and int8 runs at one cell, and their ratio."""
+    rates = {}
+    for bits, name in ((32, "fp32"), (8, "int8")):
+        run_dir = runs_dir / f"w{width}-utd{update_to_data}-{name}"
+        overrides = [
+            "env=cheetah_run", "algo=td3", f"algo.actor_hidden=[{width},{width},{width}]",
+            f"algo.update_to_data={update_to_data}", f"quant.bits={bits}", "seed=0", f"run_dir={run_dir}",
+            "callbacks=no_checkpoint", "~callbacks.carbon", f"actors.total_frames={frames}",
+            "actors.frames_per_batch=128", f"actors.init_random_frames={frames // 10}",
+            f"algo.learning_starts={frames // 10}", f"eval.every_frames={frames * 10}", "eval.episodes=1",
+            "trainer.enable_progress_bar=false",
+        ]
+        if quick:
+            overrides.append("algo.batch_size=32")
+        with initialize_config_module("actorq.conf", version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+        train(cfg)
+        rates[name] = steady_frames_per_s(run_dir / "tb")
+    return {**{f"{name}_fps": rate for name, rate in rates.items()}, "speedup": rates["int8"] / rates["fp32"]}
+
+
+def steady_frames_per_s(tb: Path) -> float:
+    """Slope of ``collect/frames`` over wall-clock, from a third of the run to its end
+    (start-up and the random-action warm-up left out)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tb), size_guidance={"scalars": 0})
+    events.Reload()
+    points = events.Scalars("collect/frames")
+    first, last = points[len(points) // 3], points[-1]
+    if last.wall_time <= first.wall_time:
+        raise RuntimeError(f"too few collect/frames points in {tb} to measure a rate")
+    return (last.value - first.value) / (last.wall_time - first.wall_time)
+
+
+def heatmap(rows: list[dict], widths: list[int], ratios: list[float], path: Path) -> None:
+    """Predicted speedup per (width, samples per insert), one annotated cell each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = [[next(r["predicted_speedup"] for r in rows if r["width"] == w and r["update_to_data"] == u)
+             for u in ratios] for w in widths]
+    figure, axes = plt.subplots(figsize=(1.4 * len(ratios) + 2, 0.8 * len(widths) + 1.5))
+    image = axes.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
+    axes.set_xticks(range(len(ratios)), [f"{u * BATCH_SIZE:g}" for u in ratios])
+    axes.set_yticks(range(len(widths)), [f"{w}x3" for w in widths])
+    axes.set_xlabel("samples per insert (update_to_data x batch 256)")
+    axes.set_ylabel("actor MLP")
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            light = image.norm(value) > 0.5  # viridis runs from dark to light
+            axes.text(j, i, f"{value:.2f}x", ha="center", va="center", color="black" if light else "white")
+    figure.colorbar(image, label="predicted int8 / fp32 frames/s")
+    axes.set_title("Where int8 actors pay (TD3, this machine)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m actorq.bench regime", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="cheetah-run")
+    parser.add_argument("--widths", type=int, nargs="+", default=[256, 1024, 2048])
+    parser.add_argument("--update-to-data", type=float, nargs="+", default=[1 / 256, 1 / 64, 1 / 16, 0.25, 1.0],
+                        help="learner updates per collected frame (x batch 256 = samples per insert)")
+    parser.add_argument("--check", nargs="*", default=["2048:0.00390625", "2048:0.25"],
+                        help="WIDTH:UPDATE_TO_DATA cells to check with real fp32 and int8 runs")
+    parser.add_argument("--check-seconds", type=float, default=40.0, help="rough length of each real run")
+    parser.add_argument("--batches", type=int, default=6, help="timed batches per measurement")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--plot", default="bench-results/regime.png", help="heatmap PNG ('' for none)")
+    parser.add_argument("--out", default="bench-results/regime.json", help="JSON output ('' for none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.widths, args.update_to_data, args.check, args.batches = [64], [0.25, 1.0], ["64:1.0"], 2
+        args.check_seconds = 1.0
+    for cell in args.check:
+        width, _, ratio = cell.partition(":")
+        if not width.isdigit() or not ratio:
+            parser.error(f"--check takes WIDTH:UPDATE_TO_DATA cells, got {cell!r}")
+    if any(u <= 0 for u in args.update_to_data):
+        parser.error("--update-to-data values must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    spec = EnvSpec.from_env(make_env(args.env, seed=0))
+    sides = {}
+    for width in args.widths:
+        actors = actor_rates(args.env, width, args.batches)
+        updates = learner_rate(spec, width, args.batches)
+        sides[width] = (actors, updates)
+        print(f"width {width}: actor frames/s fp32 {actors['fp32']:.0f}, int8 {actors['int8']:.0f}; "
+              f"learner updates/s {updates:.0f}", flush=True)
+    rows = []
+    for width, (actors, updates) in sides.items():
+        for ratio in args.update_to_data:
+            fp32, int8 = (predicted_frames_per_s(actors[p], updates, ratio) for p in ("fp32", "int8"))
+            rows.append({"width": width, "update_to_data": ratio, "samples_per_insert": ratio * BATCH_SIZE,
+                         "actor_fps_fp32": actors["fp32"], "actor_fps_int8": actors["int8"],
+                         "learner_ups": updates, "predicted_fps_fp32": fp32, "predicted_fps_int8": int8,
+                         "predicted_speedup": int8 / fp32, "bound": "actors" if fp32 < updates / ratio
+                         else "learner", "measured_fps_fp32": float("nan"), "measured_fps_int8": float("nan"),
+                         "measured_speedup": float("nan")})
+    runs_dir = Path(tempfile.mkdtemp(prefix="actorq-regime-"))
+    for cell in args.check:
+        width, ratio = int(cell.split(":")[0]), float(cell.split(":")[1])
+        actors, updates = sides.get(width) or (actor_rates(args.env, width, args.batches),
+                                               learner_rate(spec, width, args.batches))
+        fps = predicted_frames_per_s(actors["fp32"], updates, ratio)
+        frames = max(1000, int(fps * args.check_seconds) // 128 * 128)
+        measured = measured_speedup(args.env, width, ratio, frames, runs_dir, args.quick)
+        row = next((r for r in rows if r["width"] == width and r["update_to_data"] == ratio), None)
+        if row is None:
+            print(f"--check {cell}: not on the grid; measured speedup {measured['speedup']:.2f}x")
+            continue
+        row.update(measured_speedup=measured["speedup"], measured_fps_fp32=measured["fp32_fps"],
+                   measured_fps_int8=measured["int8_fps"])
+    report(f"regime: predicted (and measured) int8/fp32 frames/s, TD3 on {args.env}, batch {BATCH_SIZE}",
+           rows, args.out or None)
+    if args.plot:
+        heatmap(rows, args.widths, args.update_to_data, Path(args.plot))
+        print(f"Heatmap: {args.plot}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Resuming a run: which checkpoint ``ckpt_path`` names, and whether this run can continue it.
+
+``train()`` calls :func:`find_checkpoint` before anything is built and :func:`check_checkpoint`
+once the learner and the actors' precision are known, both before any actor process starts.
+A missing, truncated, tampered or foreign checkpoint stops the run with one
+:class:`~actorq.errors.ConfigError` line (exit code 2). Checkpoints are read with
+``torch.load(weights_only=True)``: tensors and plain containers only, never code.
+
+Example:
+    >>> from pathlib import Path
+    >>> find_checkpoint(None, Path("outputs/run")) is None  # a fresh run
+    True
+    >>> find_checkpoint("last", Path("/nonexistent/run"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    actorq.errors.ConfigError: ckpt_path=last: no checkpoint at /nonexistent/run/checkpoints/last.ckpt; ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from actorq.errors import ConfigError
+
+LAST = "last"
+EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name
+
+
+def find_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
+    """The checkpoint file to resume from: ``None`` (a fresh run), ``"last"`` (the run dir's
+    ``checkpoints/last.ckpt``) or a path; raises a ``ConfigError`` if there is no such file."""
+    if ckpt_path is None:
+        return None
+    if str(ckpt_path) == LAST:
+        path = run_dir / "checkpoints" / "last.ckpt"
+        if not path.is_file():
+            raise ConfigError(f"ckpt_path=last: no checkpoint at {path}; resume with "
+                              "run_dir=<the interrupted run's dir> ckpt_path=last")
+        return path
+    path = Path(str(ckpt_path)).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path={ckpt_path}: no such file")
+    return path
+
+
+def load_checkpoint(path: Path) -> dict:
+    """The checkpoint's contents, memory-mapped (a large replay is not read until used) and
+    with ``weights_only=True``; an unreadable or unsafe file is a ``ConfigError``."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        refused = [line for line in str(error).splitlines() if "GLOBAL" in line]
+        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint: it holds more than tensors and plain "
+                          f"containers, which weights_only loading refuses ({(refused or ['?'])[0][:150]})") from error
+    except Exception as error:  # noqa: BLE001 - any other failure to read: a damaged file
+        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or damaged?): "
+                          f"{type(error).__name__}: {' '.join(str(error).split())[:150]}") from error
+    if not isinstance(checkpoint, dict) or not {"state_dict", "pytorch-lightning_version"} <= checkpoint.keys():
+        raise ConfigError(f"ckpt_path={path}: not a Lightning checkpoint (no state_dict and version inside)")
+    if not {"optimizer_states", "loops"} <= checkpoint.keys():
+        raise ConfigError(f"ckpt_path={path}: a weights-only checkpoint (no optimizer and loop states) "
+                          "cannot resume a run")
+    return checkpoint
+
+
+def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Module, quant) -> None:
+    """Raises a ``ConfigError`` unless ``checkpoint`` was written by a run of the same
+    algorithm, environment, networks and actor precision as this one, with frames left."""
+    saved = (checkpoint.get("datamodule_hyper_parameters") or {}).get("config")
+    if not isinstance(saved, dict):
+        raise ConfigError(f"ckpt_path={path}: not written by actorq (no run config inside)")
+    for group, key in (("algo", "_target_"), ("env", "name")):
+        then, now = saved.get(group, {}).get(key), config[group][key]
+        if then != now:
+            raise ConfigError(f"ckpt_path={path}: the checkpoint is of {group}.{key}={then}, this run has "
+                              f"{group}.{key}={now}")
+    frames, total = checkpoint.get("actorq", {}).get("frames", 0), config["actors"]["total_frames"]
+    if frames >= total:
+        raise ConfigError(f"ckpt_path={path}: the checkpoint's run has collected its {frames} frames already "
+                          f"(actors.total_frames={total}); nothing is left to resume")
+    check_shapes(checkpoint["state_dict"], learner.state_dict(), path)
+    then_quant = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
+    if then_quant is not None and then_quant != dataclasses.asdict(quant):
+        raise ConfigError(f"ckpt_path={path}: the checkpoint's actors ran at {then_quant}, this run's at "
+                          f"{dataclasses.asdict(quant)}; resume with the same quant settings")
+
+
+def resumed_precision(checkpoint: dict, quant):
+    """The actors' precision for a resumed run: with ``quant.bits=auto``, the one the
+    checkpoint's run picked (measuring again could pick another); else ``quant`` itself."""
+    from actorq.quant import QuantSpec
+
+    saved = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
+    return QuantSpec(**saved) if quant.is_auto and saved is not None else quant
+
+
+def check_shapes(saved: dict, current: dict, path: Path) -> None:
+    """The saved learner's tensors have the names and shapes of this run's learner."""
+    missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
+    if missing or unexpected:
+        names = ", ".join((missing or unexpected)[:3])
+        raise ConfigError(f"ckpt_path={path}: the checkpoint's networks differ from this run's "
+                          f"({'missing' if missing else 'unexpected'}: {names})")
+    for name, tensor in current.items():
+        if tuple(saved[name].shape) != tuple(tensor.shape):
+            raise ConfigError(f"ckpt_path={path}: {name} has shape {tuple(saved[name].shape)} in the "
+                              f"checkpoint and {tuple(tensor.shape)} in this run (different algo or env "
+                              "settings?)")
+
+
+def rng_states() -> dict:
+    """The learner process's random states (torch, numpy's global generator, Python's
+    ``random``) in a form ``weights_only`` loading accepts."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+
+
+def set_rng_states(states: dict) -> None:
+    """Restores what :func:`rng_states` saved."""
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    numpy = states["numpy"]
+    np.random.set_state((numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
+                         numpy["has_gauss"], numpy["gauss"]))

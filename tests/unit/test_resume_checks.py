@@ -1,0 +1,118 @@
+"""A bad ``ckpt_path`` stops the run with one ConfigError line before any actor process
+starts: no such file, a truncated or tampered file, a checkpoint of another run's kind."""
+
+import dataclasses
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from actorq.errors import ConfigError
+from actorq.train import train
+from tests.conftest import TINY
+
+DQN_CARTPOLE = {"algo": {"_target_": "actorq.algos.dqn.DQN"}, "env": {"name": "CartPole-v1"}}
+
+
+class Payload:
+    """What a tampered checkpoint smuggles in: code that runs when it is unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def fake_checkpoint(path, config=DQN_CARTPOLE, state_dict=None):
+    torch.save({"state_dict": state_dict or {"q_network.trunk.0.weight": torch.zeros(3, 3)},
+                "pytorch-lightning_version": "2.6.6", "optimizer_states": [], "loops": {},
+                "datamodule_hyper_parameters": {"config": config}}, path)
+    return path
+
+
+def refused(make_cfg, ckpt_path, *overrides) -> str:
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", f"ckpt_path={ckpt_path}", *overrides)
+    with pytest.raises(ConfigError) as error:
+        train(cfg)
+    assert "\n" not in str(error.value)  # one line
+    assert multiprocessing.active_children() == []
+    return str(error.value)
+
+
+def test_last_without_a_checkpoint_in_the_run_dir(make_cfg):
+    assert "ckpt_path=last: no checkpoint at" in refused(make_cfg, "last")
+
+
+def test_a_missing_file(make_cfg, tmp_path):
+    assert f"ckpt_path={tmp_path}/nope.ckpt: no such file" in refused(make_cfg, tmp_path / "nope.ckpt")
+
+
+def test_a_truncated_file(make_cfg, tmp_path):
+    path = fake_checkpoint(tmp_path / "whole.ckpt")
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert "not a readable checkpoint" in refused(make_cfg, truncated)
+
+
+def test_a_tampered_file_is_refused_without_running_its_code(make_cfg, tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "tampered.ckpt"
+    torch.save({"state_dict": {}, "extra": Payload(marker)}, path)
+    assert "not a readable checkpoint" in refused(make_cfg, path)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_of_another_algorithm(make_cfg, tmp_path):
+    path = fake_checkpoint(tmp_path / "sac.ckpt", {"algo": {"_target_": "actorq.algos.sac.SAC"},
+                                                   "env": {"name": "Pendulum-v1"}})
+    assert "the checkpoint is of algo._target_=actorq.algos.sac.SAC, this run has" in refused(make_cfg, path)
+
+
+def test_a_checkpoint_of_a_finished_run(make_cfg, tmp_path):
+    path = tmp_path / "done.ckpt"
+    torch.save({**torch.load(fake_checkpoint(path), weights_only=True), "actorq": {"frames": 600}}, path)
+    assert "has collected its 600 frames already (actors.total_frames=600)" in refused(make_cfg, path)
+
+
+def test_a_checkpoint_of_other_networks(make_cfg, tmp_path):
+    assert "the checkpoint's networks differ from this run's" in refused(make_cfg, fake_checkpoint(tmp_path / "x.ckpt"))
+
+
+@pytest.mark.parametrize("contents", [{"weight": torch.zeros(2)}, {"state_dict": {}}], ids=["tensors", "no-version"])
+def test_a_file_that_is_not_a_checkpoint(make_cfg, tmp_path, contents):
+    path = tmp_path / "weights.pt"
+    torch.save(contents, path)
+    assert "not a Lightning checkpoint" in refused(make_cfg, path)
+
+
+def test_a_weights_only_checkpoint(make_cfg, tmp_path):
+    path = tmp_path / "weights.ckpt"
+    torch.save({"state_dict": {}, "pytorch-lightning_version": "2.6.6"}, path)
+    assert "a weights-only checkpoint (no optimizer and loop states) cannot resume" in refused(make_cfg, path)
+
+
+def test_the_command_line_says_one_line_and_exits_2(tmp_path):
+    path = tmp_path / "truncated.ckpt"
+    path.write_bytes(b"PK\x03\x04 not a whole zip archive")
+    result = subprocess.run([sys.executable, "-m", "actorq", "+experiment=dqn_cartpole", *TINY,
+                             f"run_dir={tmp_path}", f"ckpt_path={path}"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("actorq: error:")]
+    assert len(errors) == 1 and "not a readable checkpoint" in errors[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "tb").exists()
+
+
+def test_quant_auto_resumes_at_the_precision_the_checkpoint_ran_at():
+    from actorq.quant import QuantSpec
+    from actorq.resume import resumed_precision
+
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=8, mode="dynamic"))}}
+    assert resumed_precision(checkpoint, QuantSpec(bits="auto")) == QuantSpec(bits=8, mode="dynamic")
+    assert resumed_precision(checkpoint, QuantSpec(bits=32)) == QuantSpec(bits=32)  # a set precision is checked
