@@ -85,7 +85,9 @@ def test_width_1024_batch_16_picks_int8_and_its_own_network_is_really_faster():
     assert choice.spec == candidate_specs(spec)[choice.name]
     assert choice.spec.codec.name == choice.name and choice.spec.is_int8
     picked = QuantizedNetwork.from_network(actor, choice.spec, calibration=observations)
-    assert picked.payload()["l0_weight"].dtype == torch.int8
+    # The hidden 1024x1024 layer runs in int8 under either int8 codec (the default static
+    # recipe keeps only the first and the last Linear in fp32).
+    assert picked.payload()["l1_weight"].dtype == torch.int8
     batch = observations[:16]
     fp32_us = time_forward(actor, batch, iterations=30).median_us
     picked_us = time_forward(picked, batch, iterations=30).median_us
