@@ -33,10 +33,12 @@ def test_dqn_solves_cartpole_within_50k_frames(learning_run):
     """Solved (eval mean >= 475, 10 greedy episodes) within the budget.
 
     The bar is on reaching it, not on the last evaluation: DQN can unlearn CartPole after
-    solving it. Measured with the learning rate decaying to 0, 27 runs (fp32 and int8
-    actors, uniform and prioritized replay): 25 ended at 488 or 500; two solved and then
-    unlearned (500, 500, 170, 138, 134 from 30k; 474, 500, 177, ... ending at 144). Every run
-    solved at least once, 26 of 27 on two evaluations or more, so the gate asks for one.
+    solving it. Measured with the learning rate decaying to 0: 17 runs (fp32 and int8
+    actors, uniform and prioritized replay) all solved on two evaluations or more, one then
+    ended at 134. Later, 9 int8-actor runs (seeds 0-5 and a 3-seed sweep): 7 ended at 500;
+    seed 0 (this test's, without checkpoints) solved once at 25k and ended at 144, and seed
+    4 peaked at 407 (never solved). This test's seed solved in each of its runs, so the gate
+    asks for one solved evaluation; the rate over seeds is for ``bench learning``.
     """
     summary = learning_run("dqn_cartpole")
     assert summary["frames"] <= 50_000 + 256
@@ -54,14 +56,15 @@ def test_reaches_the_reference_return(learning_run, experiment, bar, max_frames)
 def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     """With int8 actors the learner solves CartPole as the fp32 run does (one seed; the
     3-seed comparison of final returns is ``python -m actorq.bench learning``), and the int8
-    policy the actors run returns what the learner's fp32 policy returns.
+    policy the actors run is as good as the learner's fp32 policy.
 
     Both policies play the same episodes at each evaluation, so their returns differ by the
     precision only. With the default recipe (first and last ``Linear`` in fp32) the int8
-    policy's last evaluation equalled the fp32 policy's in every run measured (500 = 500 at
-    seeds 0, 1, 2 of a ``quant.bits=8`` sweep). The previous all-int8 recipe flipped nearly
-    tied greedy actions: its last evaluation was 202 to 413 in 5 of 13 runs while the fp32
-    policy scored 500.
+    policy's last evaluation was at most 2% below the fp32 policy's in 9 runs (500 = 500 in
+    7; 141.5 vs 144; 500 vs 407 where the fp32 policy had not converged), so the gate is
+    one-sided: at most 5% worse. The previous all-int8 recipe flipped nearly tied greedy
+    actions: its last evaluation was 202 to 413 in 5 of 13 runs while the fp32 policy
+    scored 500.
     """
     fp32 = learning_run("dqn_cartpole")
     int8 = learning_run("dqn_cartpole", "quant.bits=8")
@@ -69,7 +72,7 @@ def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     assert solved_evaluations(int8), int8["eval_history"]
     assert int8["best_return"] >= fp32["best_return"] - 0.05 * abs(fp32["best_return"])
     assert [frames for frames, _ in int8["eval_history_quant"]] == [frames for frames, _ in int8["eval_history"]]
-    assert int8["final_return_quant"] == pytest.approx(int8["final_return"], rel=0.05), (
+    assert int8["final_return_quant"] >= int8["final_return"] - 0.05 * abs(int8["final_return"]), (
         int8["eval_history"], int8["eval_history_quant"])
 
 
@@ -77,11 +80,11 @@ def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
     """One Pendulum run's final return varies by about 25% between fp32 seeds alone
     (-174, -118, -99 measured), so a single-seed 5% comparison would test luck; the
     within-5% comparison over 3 seeds is ``python -m actorq.bench learning --seeds 0 1 2``.
-    Here int8 actors must reach the bar fp32 reaches, and the int8 policy itself must return
-    what the fp32 policy returns on the same episodes (last evaluations of a 3-seed
+    Here int8 actors must reach the bar fp32 reaches, and the int8 policy itself must do at
+    most 5% worse than the fp32 policy on the same episodes (last evaluations of a 3-seed
     ``quant.bits=8`` sweep: -180.8 vs -180.8, -138.2 vs -138.5, -159.7 vs -159.8)."""
     int8 = learning_run("td3_pendulum", "quant.bits=8")
     assert int8["actor_precision"].startswith("int8")
     assert int8["final_return"] >= -200.0, int8["eval_history"]
-    assert int8["final_return_quant"] == pytest.approx(int8["final_return"], rel=0.05), (
+    assert int8["final_return_quant"] >= int8["final_return"] - 0.05 * abs(int8["final_return"]), (
         int8["eval_history"], int8["eval_history_quant"])
