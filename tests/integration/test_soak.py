@@ -7,9 +7,9 @@ process behind. One run serves every test of this module.
 Memory: the RSS of the main process and of the actor workers is sampled every 0.5 s. The
 replay (``replay.capacity=20000``) is full before the second half of the run, where the
 slope is fitted; a buffer still filling up grows the RSS by its transitions (~4 MB/min
-here). Measured in three runs on a 2-core machine at load 3-4: main process ~527 MB, slope
-0.3-1.1 MB/min and growth 0.9-1.8 MB over the second half; actor workers ~391 MB each,
-summed slope 0.0-0.4 MB/min (10 MB/min in one run); 2-3 min wall clock. With a leak of the
+here). Measured in four runs on a 2-core machine at load 2-4: main process ~527 MB, slope
+0.3-1.8 MB/min and growth 0.9-1.8 MB over the second half; actor workers ~391 MB each,
+summed slope 0.0-0.5 MB/min (10 MB/min in one run); 1.8-2.9 min wall clock. With a leak of the
 pushed weights (18 KB per broadcast) the main slope was 13.1 MB/min and its growth 21 MB,
 and with the restart throwing the other workers' batches away 100 frames were dropped: both
 fail here."""
@@ -40,8 +40,8 @@ SAMPLE_EVERY_S = 0.5
 # Bounds on memory growth over the second half of the run (see the module docstring).
 MAIN_SLOPE_MB_PER_MIN = 6.0
 MAIN_GROWTH_MB = 10.0
-# The workers' summed RSS was flat in most runs (0.0-0.4 MB/min) but rose by ~10 MB/min in
-# one of five (one worker stepping up by a few MB, then flat).
+# The workers' summed RSS was flat in most runs (0.0-0.5 MB/min) but rose by ~10 MB/min in
+# one of five.
 ACTORS_SLOPE_MB_PER_MIN = 20.0
 RUN_TIMEOUT_S = 480
 
