@@ -1,14 +1,19 @@
-"""Test helpers: learners attached to a real Lightning Trainer without fitting, and the
-random transitions their updates are tested on."""
+"""Test helpers: learners attached to a real Lightning Trainer without fitting, the random
+transitions their updates are tested on, a run's TensorBoard scalars and the processes a
+test left running."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
+import psutil
 import torch
 from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from tensordict import TensorDict
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from actorq.envs import EnvSpec
 from actorq.replay.base import Sample
@@ -69,3 +74,28 @@ def fit_fixed_batch(learner: L.LightningModule, spec: EnvSpec, updates: int = 60
 def solved_evaluations(summary: dict, history: str = "eval_history") -> list[int]:
     """Frames at which an evaluation of a CartPole run scored at least the solved bar."""
     return [frames for frames, mean in summary[history] if mean >= CARTPOLE_SOLVED]
+
+
+def scalars(tb_dir: Path, keep: Callable[[str], bool] = lambda name: True) -> dict[str, list[tuple[int, float]]]:
+    """``{tag: [(step, value), ...]}`` over the event files whose names ``keep`` accepts."""
+    out: dict[str, list] = {}
+    for path in sorted(tb_dir.iterdir()):
+        if not keep(path.name):
+            continue
+        events = EventAccumulator(str(path))
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((event.step, event.value) for event in events.Scalars(tag))
+    return out
+
+
+def still_running(processes: Iterable[psutil.Process]) -> list[int]:
+    """The pids of ``processes`` that are still running (a zombie has ended)."""
+    left = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(process.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return left

@@ -184,10 +184,27 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
         "collect_fraction": round(
             learner.time_collect / max(1e-9, learner.time_collect + learner.time_learn), 3
         ),
+        # Where every frame went (this process; a resumed run's earlier part not included):
+        # collected by the actor workers = written into the replay + dropped + unused.
+        "collect": collect_counts(experience),
         # kWh and kg CO2 of the whole machine during the fit, with how codecarbon measured
         # them; null figures and a reason when nothing was measured (never an estimate).
         "energy": carbon.summary() if carbon else {
             "kwh": None, "co2_kg": None, "reason": "callbacks.carbon is off (no CarbonTracker)"},
+    }
+
+
+def collect_counts(experience: Experience) -> dict:
+    """Frames the actor workers collected, written into the replay, dropped, and collected
+    past the frame budget (unused), and the actor restarts; ``None`` for what a run that
+    never started its actors lacks."""
+    actors, writer = experience.actors, experience.writer
+    return {
+        "frames_collected": actors.collected_frames if actors is not None else None,
+        "frames_written": writer.write_count if writer is not None else None,
+        "dropped_frames": actors.dropped_frames if actors is not None else None,
+        "unused_frames": actors.unused_frames if actors is not None else None,
+        "actor_restarts": actors.restarts if actors is not None else None,
     }
 
 

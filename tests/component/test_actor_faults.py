@@ -128,6 +128,37 @@ def test_a_killed_worker_is_restarted_with_the_current_weights(no_stray_workers,
                    for pid in first_pids)
 
 
+@pytest.mark.timeout(120)
+def test_a_restart_keeps_the_batches_the_other_workers_collected(no_stray_workers):
+    """Three workers behind a slow learner, so the others' batches wait in the hand-over
+    queue when one is killed. A restart used to throw those complete batches away (counted
+    in ``dropped_frames``); now they reach the iteration: nothing is dropped, each worker's
+    steps arrive as 0, 1, 2, ... from each of its envs (the restarted ones count from 0
+    again), and every collected frame is accounted for."""
+    pool = ActorPool("count", ConstantAction(), num_workers=3, frames_per_batch=50, total_frames=1500,
+                     library="faults")
+    steps: dict[int, list[int]] = {}
+    try:
+        for index, batch in enumerate(pool):
+            worker, batch_steps = worker_steps(batch)
+            steps.setdefault(worker, []).extend(batch_steps)
+            if index == 3:
+                os.kill(pool.collector.procs[0].pid, signal.SIGKILL)
+            time.sleep(0.3)  # a slow learner step: the other workers' batches wait meanwhile
+    finally:
+        pool.shutdown()
+    assert pool.restarts == 1
+    assert pool.dropped_frames == 0
+    assert pool.frames == sum(map(len, steps.values())) == 1500
+    assert pool.collected_frames == pool.frames + pool.dropped_frames + pool.unused_frames
+    assert pool.unused_frames <= 3 * 50  # at most one batch per worker, finished past the budget
+    for worker, got in steps.items():
+        restarts_at = [i for i, step in enumerate(got) if step == 0]
+        assert restarts_at in ([0], [0, restarts_at[-1]]), (worker, restarts_at)
+        for start, end in zip(restarts_at, [*restarts_at[1:], len(got)]):
+            assert got[start:end] == list(range(end - start)), (worker, got[start:end:50])
+
+
 DEAD_WORKER_PUSH = """
 import os, signal
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.helpers import scalars
 
 REPO = Path(__file__).resolve().parents[2]
 TOTAL = 6000
@@ -82,19 +83,6 @@ def resumed(tmp_path_factory):
             "summary": json.loads((run_dir / "summary.json").read_text()),
             "before": scalars(run_dir / "tb", lambda name: name in tb_before),
             "after": scalars(run_dir / "tb", lambda name: name not in tb_before)}
-
-
-def scalars(tb_dir: Path, keep) -> dict[str, list[tuple[int, float]]]:
-    """``{tag: [(step, value), ...]}`` over the event files whose names ``keep`` accepts."""
-    out: dict[str, list] = {}
-    for path in sorted(tb_dir.iterdir()):
-        if not keep(path.name):
-            continue
-        events = EventAccumulator(str(path))
-        events.Reload()
-        for tag in events.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((event.step, event.value) for event in events.Scalars(tag))
-    return out
 
 
 def test_the_interrupted_run_stopped_midway_with_a_checkpoint(resumed):

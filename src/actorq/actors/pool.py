@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 ACK_TIMEOUT_S = 60.0
 """How long :meth:`ActorPool.push` waits for a live worker to take new weights."""
 
+DRAIN_TIMEOUT_S = 10.0
+"""How long a restart waits for the live workers to finish the batches they are collecting."""
+
 _WORKER_INDEX: int | None = None
 
 
@@ -113,12 +116,14 @@ def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str
 
 
 class _WorkerFailed(Exception):
-    """Raised in the learner's process when a worker is found dead; ``batch`` is one it had
-    already handed over (yield it before recovering) or ``None``."""
+    """Raised in the learner's process when a worker is found dead; ``batch`` is one that had
+    just arrived (from worker ``batch_worker``, which then waits for a go-ahead it will not
+    get) or ``None``."""
 
     def __init__(self, worker: int, cause: str, batch: TensorDictBase | None = None):
         super().__init__(f"worker {worker}: {cause}")
         self.worker, self.cause, self.batch = worker, cause, batch
+        self.batch_worker: int | None = None
 
 
 class _ReportingCollector(Collector):
@@ -187,24 +192,67 @@ class _Collector(MultiAsyncCollector):
     def _queue_len(self) -> int:
         return self.num_workers
 
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        """TorchRL's, except that a failed worker does not shut the collector down at once
+        (TorchRL's ``__iter__`` shuts it down on any exception): the pool first takes the
+        batches the other workers hold (:meth:`drain`), then shuts it down itself."""
+        self._iteration_started = True
+        try:
+            yield from self.iterator()
+        except _WorkerFailed:
+            raise
+        except Exception:
+            self.shutdown()
+            raise
+
     def _get_from_queue(self, timeout=None):
         try:
             idx, j, out = super()._get_from_queue(timeout=timeout)
         except (queue.Empty, TimeoutError):
             self.check_workers()
             raise
+        self._account(idx, out)
+        try:
+            self.check_workers()
+        except _WorkerFailed as failure:
+            failure.batch, failure.batch_worker = out, idx
+            raise
+        return idx, j, out
+
+    def _account(self, idx: int, out: TensorDictBase | None) -> None:
+        """Counts a batch that arrived from worker ``idx``, and what that worker dropped."""
         frames = out.numel() if out is not None else self.frames_per_batch_worker()
         produced = int(self.produced[idx])
         if self.replay_buffer is None:  # a worker that writes itself stored it before announcing
             self.dropped_frames += max(0, produced - self.accounted[idx] - frames)
         self.accounted[idx] = produced
         self.received_frames[idx] += frames
-        try:
-            self.check_workers()
-        except _WorkerFailed as failure:
-            failure.batch = out
-            raise
-        return idx, j, out
+
+    def drain(self, failure: _WorkerFailed, timeout: float = DRAIN_TIMEOUT_S) -> list[TensorDictBase]:
+        """The batches the other workers hold when ``failure.worker`` failed: those already in
+        the hand-over queue and, waiting up to ``timeout``, those they are still collecting
+        (every worker but the one whose batch came with the failure had its go-ahead), each
+        accounted as usual. Without it a restart threw these complete batches away. The
+        failed worker's own batch in progress is lost (it was never a batch)."""
+        collecting = getattr(self, "running", False)  # False: no worker had a go-ahead yet
+        waiting = {worker for worker, process in enumerate(self.procs)
+                   if collecting and worker not in (failure.worker, failure.batch_worker)
+                   and not process._closed and process.is_alive()}
+        deadline = time.monotonic() + timeout
+        batches = []
+        while True:
+            try:
+                idx, _, out = MultiAsyncCollector._get_from_queue(self, timeout=0.1)
+            except (queue.Empty, TimeoutError):
+                waiting = {worker for worker in waiting if self.procs[worker].is_alive()}
+                if not waiting or time.monotonic() > deadline:
+                    return batches
+                continue
+            except Exception:  # noqa: BLE001  (a dead worker's hand-over cannot be read: dropped)
+                return batches
+            self._account(idx, out)
+            batches.append(out)
+            waiting.discard(idx)
 
     def check_workers(self) -> None:
         """Raises :class:`_WorkerFailed` for the first worker that reported an exception (its
@@ -319,7 +367,14 @@ class ActorPool:
     Attributes:
         frames: frames yielded so far (or, with a ``writer``, announced as written),
             counting a resumed run's ``frames_done``.
+        collected_frames: frames the workers collected since the pool started, through every
+            restart (what reached the iteration plus what was dropped; with a ``writer``,
+            what the workers wrote).
         dropped_frames: frames the workers collected that never reached the iteration.
+        unused_frames: frames the workers collected that the run did not need: the batches
+            the other workers finished after the frame budget was met (read once the
+            iteration ended; during it, also the batches on their way). So
+            ``collected_frames == frames - frames_done + dropped_frames + unused_frames``.
         restarts: how many times the workers were restarted after a failure.
     """
 
@@ -367,6 +422,8 @@ class ActorPool:
         self.frames = frames_done
         self.restarts = 0
         self._dropped_before = 0  # by collectors that were replaced
+        self._collected_before = 0  # by collectors that were replaced
+        self._unused_before = 0  # saved at a restart but past the budget
         self._weights: TensorDictBase | None = None  # the last pushed, for restarts
         self.collector = self._start(total_frames - frames_done)
 
@@ -393,6 +450,18 @@ class ActorPool:
     def dropped_frames(self) -> int:
         return self._dropped_before + self.collector.dropped_frames
 
+    @property
+    def collected_frames(self) -> int:
+        if self.writer is not None:  # each worker writes what it collects
+            return self.writer.write_count
+        return self._collected_before + int(self.collector.produced.sum())
+
+    @property
+    def unused_frames(self) -> int:
+        if self.writer is not None:
+            return 0
+        return self._unused_before + self.collector.in_flight_frames()
+
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
         batches = iter(self.collector)
         while True:
@@ -404,13 +473,17 @@ class ActorPool:
                 failure = _as_worker_failure(error, self.collector)
                 if failure is None:
                     raise
-                if failure.batch is None:
-                    self._recover(failure)
-                    batches = iter(self.collector)
-                    continue
-                batch, recovering = failure.batch, failure
-            else:
-                recovering = None
+                saved = self._recover(failure)  # restarts the workers (or raises)
+                batches = iter(self.collector)
+                for batch in saved:  # what the old workers had collected, before any new batch
+                    if self.frames >= self.total_frames:
+                        self._unused_before += batch.numel()  # past the budget, as at a normal end
+                        continue
+                    self.frames += batch.numel()
+                    yield batch
+                if self.writer is None and self.frames >= self.total_frames:
+                    return
+                continue
             if batch is not None:
                 self.frames += batch.numel()
                 yield batch
@@ -421,23 +494,28 @@ class ActorPool:
                 yield WRITTEN
                 if last:
                     return
-            if recovering is not None:
-                self._recover(recovering)
-                batches = iter(self.collector)
             if self.frames >= self.total_frames and self.writer is None:
                 return
 
-    def _recover(self, failure: _WorkerFailed) -> None:
-        """Stops the failed collector; restarts it with the last pushed weights or raises."""
+    def _recover(self, failure: _WorkerFailed) -> list[TensorDictBase]:
+        """Stops the failed collector and restarts it with the last pushed weights (or raises);
+        returns the complete batches the old workers held (the one that came with the failure
+        first), for the iteration to yield."""
         old = self.collector
-        if self.writer is None:  # a worker writing itself stored its batches already
-            self._dropped_before += old.in_flight_frames()
-        self._dropped_before += old.dropped_frames
-        old.dropped_frames = 0
         process = old.procs[failure.worker]
         if not process._closed and process.is_alive():  # its env raised; it cannot answer "close"
             process.kill()
+        restart = self.restart_on_failure and self.restarts < self.max_restarts
+        saved = [failure.batch] if failure.batch is not None else []
+        if restart and self.writer is None:  # a worker writing itself stored its batches already
+            saved += old.drain(failure)
         old.shutdown(timeout=5.0, raise_on_error=False)
+        # Counted once the old workers are stopped, so that none adds a batch afterwards.
+        if self.writer is None:
+            self._dropped_before += old.in_flight_frames()
+        self._dropped_before += old.dropped_frames
+        old.dropped_frames = 0
+        self._collected_before += int(old.produced.sum())
         if not self.restart_on_failure:
             raise ActorWorkerError(failure.worker, failure.cause, " (actors.restart_on_failure=false)") from None
         if self.restarts >= self.max_restarts:
@@ -446,7 +524,7 @@ class ActorPool:
         if self.writer is not None:
             remaining = self.total_frames - self.frames_done - self.writer.write_count
         else:
-            remaining = self.total_frames - self.frames
+            remaining = self.total_frames - self.frames - sum(batch.numel() for batch in saved)
         self.restarts += 1
         log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
                     "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
@@ -454,7 +532,8 @@ class ActorPool:
         try:
             self._start(max(remaining, self.frames_per_batch))
         except _WorkerFailed as again:  # a fresh worker died before it took the weights
-            self._recover(again)
+            saved += self._recover(again)
+        return saved
 
     def __len__(self) -> int:
         return -(-self.total_frames // self.frames_per_batch)
