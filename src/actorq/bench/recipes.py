@@ -26,11 +26,12 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
 
 from actorq.bench._table import report
 from actorq.bench.learning import EXPERIMENT_OVERRIDES, QUICK_OVERRIDES, REFERENCE
 from actorq.callbacks.evaluation import greedy
-from actorq.envs import make_env, rollout_return
+from actorq.envs import EnvSpec, make_env, rollout_return
 from actorq.quant import QuantizedNetwork, QuantSpec, action_error
 
 RECIPES = {
@@ -46,8 +47,8 @@ ERROR_SAMPLES = 4096  # replay observations the action error is measured on
 def trained(experiment: str, seed: int, run_dir: Path, extra: Sequence[str]) -> dict:
     """The fp32 policy of one run with its calibration and error samples (trained or reloaded)."""
     saved = run_dir / "trained.pt"
-    if saved.is_file():
-        return torch.load(saved, weights_only=False)
+    if saved.is_file():  # tensors and plain values only: loads without running pickled code
+        return _with_network(torch.load(saved, weights_only=True))
     overrides = [f"+experiment={experiment}", "quant.bits=32", f"seed={seed}", f"run_dir={run_dir}",
                  "callbacks=no_checkpoint", *EXPERIMENT_OVERRIDES.get(experiment, ()), *extra]
     with initialize_config_module("actorq.conf", version_base="1.3"):
@@ -58,14 +59,28 @@ def trained(experiment: str, seed: int, run_dir: Path, extra: Sequence[str]) -> 
     learner, replay = objects["learner"], objects["experience"].replay
     calibration_samples = QuantSpec(bits=8).calibration_samples
     result = {
-        "network": learner.behaviour_network.cpu().eval(),
+        "algo": OmegaConf.to_container(cfg.algo, resolve=True),
+        "learner_state": {name: tensor.cpu() for name, tensor in learner.state_dict().items()},
         "calibration": replay.observations(calibration_samples).clone(),
         "observations": replay.observations(ERROR_SAMPLES).clone(),
         "env": cfg.env.name, "library": cfg.env.get("library"), "seed": seed,
         "discrete": learner.spec.discrete, "final_return": summary["final_return"],
     }
     torch.save(result, saved)
-    return result
+    return _with_network(result)
+
+
+def _with_network(run: dict) -> dict:
+    """``run`` plus ``network``: the learner's fp32 policy, rebuilt from its config and state."""
+    from actorq.train import build_learner
+
+    env = make_env(run["env"], seed=run["seed"], library=run["library"])
+    try:
+        learner = build_learner(OmegaConf.create(run["algo"]), EnvSpec.from_env(env), run["env"])
+    finally:
+        env.close()
+    learner.load_state_dict(run["learner_state"])
+    return {**run, "network": learner.behaviour_network.cpu().eval()}
 
 
 def greedy_return(run: dict, network: torch.nn.Module, episodes: int) -> float:
