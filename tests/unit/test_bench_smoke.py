@@ -38,10 +38,12 @@ def test_recipes_benchmark_quantizes_one_trained_network_per_run(tmp_path):
 def test_regime_benchmark_predicts_a_grid_and_checks_it_with_real_runs(tmp_path):
     plot = tmp_path / "regime.png"
     rows = regime.main(["--quick", "--out", str(tmp_path / "r.json"), "--plot", str(plot)])
-    assert [(row["width"], row["update_to_data"]) for row in rows] == [(64, 0.25), (64, 1.0)]
+    assert [(row["learner_precision"], row["width"], row["update_to_data"]) for row in rows] == [
+        ("32-true", 64, 0.25), ("32-true", 64, 1.0), ("bf16-mixed", 64, 0.25), ("bf16-mixed", 64, 1.0)]
     for row in rows:
         slower_side = min(row["actor_fps_fp32"], row["learner_ups"] / row["update_to_data"])
         assert row["predicted_fps_fp32"] == pytest.approx(slower_side)
+    assert rows[0]["learner_ups"] != rows[2]["learner_ups"]  # each learner precision timed on its own
     checked = rows[1]  # --quick checks 64:1.0 with a real fp32 run and a real int8 run
     assert checked["measured_speedup"] > 0 and checked["measured_speedup"] == checked["measured_speedup"]
     assert plot.read_bytes().startswith(b"\x89PNG")

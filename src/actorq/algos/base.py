@@ -72,6 +72,13 @@ class Exploration:
         return self.start + fraction * (self.end - self.start)
 
 
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with torch's fused kernel: one pass over all the parameters instead of a loop of
+    small ops. Same update; its step on a 2048x3 MLP is ~10x faster on a CPU thread
+    (``python -m actorq.bench learner`` measures the gain, docs/benchmarks.md)."""
+    return torch.optim.Adam(params, lr=lr, fused=True)
+
+
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """``target <- tau * source + (1 - tau) * target`` (``tau=1`` copies)."""
     with torch.no_grad():

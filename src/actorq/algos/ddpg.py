@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from actorq.algos.actor_critic import ActorCriticLearner
-from actorq.algos.base import Exploration
+from actorq.algos.base import Exploration, adam
 from actorq.envs import EnvSpec
 from actorq.networks import DeterministicActor
 from actorq.replay.base import Sample
@@ -47,8 +47,8 @@ class DDPG(ActorCriticLearner):
 
     def make_optimizers(self):
         return [
-            torch.optim.Adam(self.actor.parameters(), lr=self.actor_lr),
-            torch.optim.Adam(self.critics.parameters(), lr=self.critic_lr),
+            adam(self.actor.parameters(), lr=self.actor_lr),
+            adam(self.critics.parameters(), lr=self.critic_lr),
         ]
 
     # --- the paper's pieces; subclasses override these ------------------------------

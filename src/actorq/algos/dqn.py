@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.base import Exploration, OffPolicyLearner, check_positive
+from actorq.algos.base import Exploration, OffPolicyLearner, adam, check_positive
 from actorq.envs import EnvSpec
 from actorq.networks import QNetwork
 from actorq.replay.base import Sample
@@ -67,7 +67,7 @@ class DQN(OffPolicyLearner):
         return [(self.q_target, self.q_network)]
 
     def make_optimizers(self):
-        return [torch.optim.Adam(self.q_network.parameters(), lr=self.lr)]
+        return [adam(self.q_network.parameters(), lr=self.lr)]
 
     def td_target(self, batch) -> torch.Tensor:
         """``r + discount * Q_target(s', a*)``, with ``a*`` from the online net if double."""

@@ -29,7 +29,7 @@ from torch import nn
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.algos.actor_critic import ActorCriticLearner
-from actorq.algos.base import Exploration, check_positive
+from actorq.algos.base import Exploration, adam, check_positive
 from actorq.envs import EnvSpec
 from actorq.networks import GaussianActor
 from actorq.replay.base import Sample
@@ -86,9 +86,9 @@ class SAC(ActorCriticLearner):
 
     def make_optimizers(self):
         return [
-            torch.optim.Adam(self.critics.parameters(), lr=self.critic_lr),
-            torch.optim.Adam(self.actor.parameters(), lr=self.actor_lr),
-            torch.optim.Adam([self.log_alpha], lr=self.alpha_lr),
+            adam(self.critics.parameters(), lr=self.critic_lr),
+            adam(self.actor.parameters(), lr=self.actor_lr),
+            adam([self.log_alpha], lr=self.alpha_lr),
         ]
 
     # --- the paper's three objectives -----------------------------------------------

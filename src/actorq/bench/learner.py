@@ -4,7 +4,8 @@ Runs the same algorithm twice on the same networks, replay and experience, in on
 once as our LightningModule under a real ``lightning.Trainer`` (manual optimization,
 logging, callbacks), once as a bare PyTorch loop calling the algorithm's own ``update`` with
 plain ``torch.optim`` optimizers, a plain ``loss.backward()`` and no Trainer. Reports updates
-per second and their ratio (target: >= 0.9).
+per second and their ratio (target: >= 0.9). A third side, the bare loop with torch's
+default (foreach) Adam in place of the learners' fused one, shows what the fused kernel gains.
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
@@ -106,20 +107,25 @@ def make_learner(algo: str, hidden: int, batch_size: int, seed: int):
                **common), PENDULUM
 
 
-def lightning_updates_per_s(learner, experience: list[TensorDict]) -> float:
+def lightning_updates_per_s(learner, experience: list[TensorDict], precision: str = "32-true") -> float:
+    """Updates/s under a real Trainer; ``precision`` is ``trainer.precision`` (e.g. ``bf16-mixed``)."""
     clock = SteadyClock()
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
-                        num_sanity_val_steps=0)
+                        num_sanity_val_steps=0, precision=precision)
     trainer.fit(learner, datamodule=PreparedExperience(experience, learner.n_step, learner.gamma))
     return clock.updates_per_s()
 
 
-def bare_updates_per_s(learner, experience: list[TensorDict]) -> float:
+def bare_updates_per_s(learner, experience: list[TensorDict], fused: bool = True) -> float:
     """The algorithm's own ``update`` on the same networks and replay, without Lightning:
-    plain ``torch.optim`` optimizers and ``loss.backward()`` stand in for the Trainer's."""
+    plain ``torch.optim`` optimizers and ``loss.backward()`` stand in for the Trainer's.
+    ``fused=False`` swaps the learner's fused Adam for torch's default (foreach) one."""
     replay = UniformReplay(100_000)
     optimizers = learner.make_optimizers()
+    if not fused:
+        optimizers = [type(optimizer)([{**group, "fused": None} for group in optimizer.param_groups])
+                      for optimizer in optimizers]
     without_trainer(learner, optimizers)
     start = start_steps = None
     for index, batch in enumerate(experience):
@@ -166,15 +172,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         for hidden in args.hidden:
             learner, spec = make_learner(algo, hidden, args.batch_size, seed=0)
             experience = fake_experience(spec, args.batches, args.frames)
-            bare = lightning = 0.0
+            bare = lightning = unfused = 0.0
             for _ in range(args.rounds):  # interleaved; each side keeps its best round
                 bare = max(bare, bare_updates_per_s(copy.deepcopy(learner), experience))
                 lightning = max(lightning, lightning_updates_per_s(copy.deepcopy(learner), experience))
+                unfused = max(unfused, bare_updates_per_s(copy.deepcopy(learner), experience, fused=False))
             rows.append({"algo": algo, "hidden": hidden, "batch": args.batch_size,
                          "bare_updates_per_s": bare, "lightning_updates_per_s": lightning,
-                         "ratio": lightning / bare, "target": TARGET_RATIO})
-    report("learner updates/s: Lightning vs bare PyTorch (same losses, networks, batch)", rows,
-           args.out or None)
+                         "ratio": lightning / bare, "target": TARGET_RATIO,
+                         "bare_unfused_adam_updates_per_s": unfused, "fused_adam_gain": bare / unfused})
+    report("learner updates/s: Lightning vs bare PyTorch (same losses, networks, batch); "
+           "fused Adam vs torch's default", rows, args.out or None)
     return rows
 
 
