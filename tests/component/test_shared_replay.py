@@ -2,6 +2,8 @@
 
 import multiprocessing
 import pickle
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,6 +177,38 @@ def test_the_writer_refuses_to_be_pickled_outside_process_creation():
     # A plain pickle would copy the shared tensors, and writes to the copy would be lost.
     with pytest.raises(RuntimeError, match="through inheritance"):
         pickle.dumps(SharedReplay(capacity=8, template=rows([0])).writer())
+
+
+def test_sampling_waits_while_a_writer_rewrites_every_slot():
+    """Writers lapping a small buffer can leave no published row at the moment the learner
+    syncs (seen on a loaded 2-core machine): sampling waits for the write to finish."""
+    buffer = SharedReplay(capacity=4, template=rows([0]))
+    buffer.extend(rows([0, 1, 2, 3]))
+    writer = buffer.writer()
+    start = writer._reserve(4)  # a writer has claimed every slot and is half-way through
+    assert len(buffer) == 0
+
+    def finish_the_write():
+        time.sleep(0.2)
+        writer.storage.write(0, rows([4, 5, 6, 7]))
+        writer.stamps[:] = torch.arange(start, start + 4)  # publish
+
+    finisher = threading.Thread(target=finish_the_write)
+    finisher.start()
+    try:
+        assert set(row_ids(buffer.sample(8).batch).tolist()) <= {4, 5, 6, 7}
+    finally:
+        finisher.join()
+
+
+def test_sampling_gives_up_on_a_write_that_never_finishes():
+    buffer = SharedReplay(capacity=4, template=rows([0]))
+    buffer.extend(rows([0, 1, 2, 3]))
+    writer = buffer.writer()
+    writer.stall_timeout_s = 0.2
+    writer._reserve(4)  # and its process dies
+    with pytest.raises(RuntimeError, match="did a writer process die"):
+        buffer.sample(4)
 
 
 def test_sampling_before_any_complete_write_raises():

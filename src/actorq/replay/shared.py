@@ -218,9 +218,24 @@ class SharedReplay(ReplayBuffer):
         return Sample(batch, indices, torch.from_numpy(weights.astype(np.float32)))
 
     def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.size == 0:
-            raise RuntimeError("cannot sample: no transition has been completely written yet")
+        self._wait_for_a_published_row()
         return self.priorities.draw(batch_size)
+
+    def _wait_for_a_published_row(self) -> None:
+        """Writers lapping a small buffer can, for a moment, have every slot in the middle of
+        a write or rewritten since :meth:`_sync` read the write position; the next sync
+        then finds them finished. Raises at once if nothing was ever reserved."""
+        deadline = time.monotonic() + self._writer.stall_timeout_s
+        while self.size == 0:
+            if self.reserved == 0:
+                raise RuntimeError("cannot sample: no transition has been completely written yet")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    "cannot sample: no transition has been completely written for "
+                    f"{self._writer.stall_timeout_s} s: did a writer process die while writing?"
+                )
+            time.sleep(1e-4)
+            self._sync()
 
     def _overwritten(self, slots: np.ndarray) -> np.ndarray:
         """Positions of ``slots`` whose stamp changed since the learner published them.
