@@ -24,6 +24,13 @@ def training_has_logged(tb_dir) -> bool:
     return "collect/frames" in events.Tags()["scalars"]
 
 
+def heed_ctrl_c() -> None:
+    """A suite started in the background by a non-interactive shell inherits SIGINT ignored,
+    and Python then installs no KeyboardInterrupt handler: the run must see Ctrl-C as a user's
+    terminal delivers it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_run_with_a_checkpoint_and_an_interrupted_summary(tmp_path, signum, code):
     overrides = [o for o in TINY if not o.startswith("actors.total_frames")]
@@ -31,7 +38,7 @@ def test_a_signal_stops_the_run_with_a_checkpoint_and_an_interrupted_summary(tmp
                "actors.total_frames=1000000", "actors.num_workers=2", "~callbacks.carbon",
                "trainer.enable_progress_bar=false", f"run_dir={tmp_path}"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+                               env={**os.environ, "HYDRA_FULL_ERROR": "0"}, preexec_fn=heed_ctrl_c)
     try:
         deadline = time.monotonic() + 180
         while not training_has_logged(tmp_path / "tb") and time.monotonic() < deadline:

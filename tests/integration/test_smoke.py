@@ -53,8 +53,8 @@ def test_tensorboard_events_have_the_documented_metric_names(make_cfg, tmp_path)
     assert max(event.step for event in events.Scalars("collect/frames")) == 600
 
 
-def run_cli(*args, cwd):
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+def run_cli(*args, cwd, **env_vars):
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **env_vars}
     return subprocess.run([sys.executable, "-m", "actorq", *args], capture_output=True, text=True,
                           timeout=300, cwd=cwd, env=env)
 
@@ -73,6 +73,7 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
         (["algo=ddpg"], "DDPG needs continuous actions but CartPole-v1 has discrete actions"),
         (["+experiment=td3_pendulum", "algo=dqn"], "DQN needs discrete actions"),
         (["actors.num_workers=0"], "actors.num_workers must be positive"),
+        (["actors.backend=rays"], "actors.backend must be process or ray, got 'rays'"),
         (["algo.batch_size=-1"], "batch_size must be positive"),
         (["replay.capacity=0"], "capacity must be positive"),
         (["algo.nope=1"], "Could not override 'algo.nope': no such key. To append to your config use +algo.nope=1"),
@@ -85,6 +86,18 @@ def test_bad_input_is_one_clear_line(tmp_path, overrides, message):
     assert result.returncode == 2, result.stderr[-2000:]
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
     assert len(error_lines) == 1 and message in error_lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_the_ray_backend_without_ray_says_how_to_install_it(tmp_path):
+    no_ray = tmp_path / "no_ray"  # as if Ray were not installed: find_spec finds none, import fails
+    no_ray.mkdir()
+    (no_ray / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    result = run_cli(*TINY, "actors.backend=ray", "callbacks=no_checkpoint", f"run_dir={tmp_path}", cwd=tmp_path,
+                     PYTHONPATH=str(no_ray))
+    assert result.returncode == 2, result.stderr[-2000:]
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
+    assert error_lines == ["actorq: error: actors.backend=ray needs Ray: pip install 'actorq[ray]'"]
     assert "Traceback" not in result.stderr
 
 

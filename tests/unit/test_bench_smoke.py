@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from actorq.bench import actors, learner, learning, recipes, regime
+from actorq.bench import actors, learner, learning, recipes, regime, scaleout
 
 
 @pytest.mark.parametrize("module", [learner, actors])
@@ -49,8 +49,19 @@ def test_regime_benchmark_predicts_a_grid_and_checks_it_with_real_runs(tmp_path)
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+def test_scaleout_benchmark_times_both_backends_and_broadcasts_fp32_and_int8(tmp_path):
+    out = tmp_path / "s.json"
+    tables = scaleout.main(["--quick", "--out", str(out)])
+    assert [row["backend"] for row in tables["backend"]] == ["process", "ray"]
+    assert all(row["frames_per_s"] > 0 for row in tables["backend"])
+    fp32, int8 = tables["broadcast"]
+    assert (fp32["precision"], int8["precision"]) == ("fp32", "int8 static")
+    assert 0.2 < int8["bytes_vs_fp32"] < 0.3  # int8 weights, fp32 first and last layers and scales
+    assert [row["table"] for row in json.loads(out.read_text())["rows"]] == ["backend"] * 2 + ["broadcast"] * 2
+
+
 def test_dispatcher_lists_benchmarks_and_rejects_unknown_names():
     result = subprocess.run([sys.executable, "-m", "actorq.bench", "nope"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    for name in ("learner", "inference", "actors", "replay", "learning", "recipes", "regime"):
+    for name in ("learner", "inference", "actors", "replay", "learning", "recipes", "regime", "scaleout"):
         assert name in result.stderr

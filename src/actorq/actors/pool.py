@@ -1,6 +1,6 @@
 """Actors: TorchRL collectors in worker processes, each running an :class:`ExplorationPolicy`.
 
-This is the only module that imports TorchRL collectors.
+This module and :mod:`actorq.actors.ray_pool` are the only ones that import TorchRL collectors.
 
 Example:
     >>> from actorq.actors.policy import ExplorationPolicy
@@ -67,6 +67,12 @@ def worker_index() -> int | None:
         True
     """
     return _WORKER_INDEX
+
+
+def set_worker_index(index: int | None) -> None:
+    """Marks this process as actor worker ``index`` (what :func:`worker_index` returns)."""
+    global _WORKER_INDEX
+    _WORKER_INDEX = index
 
 
 class ActorWorkerError(RuntimeError):
@@ -154,8 +160,7 @@ class _WorkerCollectorFactory:
         self.produced, self.errors = produced, errors
 
     def __call__(self, *args, **kwargs) -> Collector:
-        global _WORKER_INDEX
-        _WORKER_INDEX = kwargs.get("worker_idx")
+        set_worker_index(kwargs.get("worker_idx"))
         # TorchRL's worker loop sets ``_ignore_rb`` on the class it is given (here, on us).
         _ReportingCollector._ignore_rb = vars(self).get("_ignore_rb", Collector._ignore_rb)
         collector = _ReportingCollector(*args, **kwargs)

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "learning": "reference learning runs, fp32 vs int8 actors, side by side",
     "recipes": "greedy returns of one trained policy under each int8 recipe",
     "regime": "where int8 actors pay here: predicted speedup map, checked by real runs",
+    "scaleout": "Ray actors vs local processes: frames/s, and the int8 broadcast over Ray",
 }
 
 

@@ -30,10 +30,15 @@ def report(name: str, rows: Sequence[dict[str, Any]], out: str | Path | None) ->
     print(name)
     print(format_table(rows))
     if out is not None:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        document = {"name": name, "environment": _environment(), "rows": list(rows)}
-        path.write_text(json.dumps(document, indent=2) + "\n")
+        write_json(name, rows, out)
+
+
+def write_json(name: str, rows: Sequence[dict[str, Any]], out: str | Path) -> None:
+    """Writes ``rows`` to ``out`` as the benchmark ``name``'s JSON, with this machine's versions."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"name": name, "environment": _environment(), "rows": list(rows)}
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:

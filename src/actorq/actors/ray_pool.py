@@ -1,0 +1,256 @@
+"""Actors on a Ray cluster: each actor is a Ray actor running a TorchRL collector over the same
+worker env and policy as a local actor process (``actors.backend=ray``, extra ``actorq[ray]``).
+
+The learner keeps one batch request in flight per actor and takes whichever batch is ready
+first, so a slow actor never stalls the others. A broadcast puts the policy's parameters and
+buffers (for an int8 actor policy: the int8 payload) in Ray's object store once; every actor
+loads them from there. Ray actors may live on other machines, so they never write into the
+learner's shared-memory replay: the learner stores every batch it receives.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from actorq.actors.pool import ActorWorkerError, make_worker_env, set_worker_index
+from actorq.envs import OBSERVATION
+from actorq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from actorq.replay.experience import ExperienceWriter
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "actors.backend=ray needs Ray: pip install 'actorq[ray]'"
+
+
+def import_ray():
+    """The ``ray`` module, or a one-line :class:`ConfigError` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(INSTALL_HINT) from None
+    return ray
+
+
+class RolloutWorker:
+    """One actor, inside a Ray actor process: a TorchRL collector that hands out one batch of
+    ``frames_per_batch`` steps per :meth:`next_batch` call."""
+
+    def __init__(self, env_fn, policy: TensorDictModule, frames_per_batch: int, seed: int, index: int):
+        from torchrl.collectors import Collector
+
+        torch.set_num_threads(1)
+        set_worker_index(index)  # before the env is built, as in a local actor process
+        self.policy = policy
+        self.collector = Collector(env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
+                                   split_trajs=False, auto_register_policy_transforms=False)
+        self.collector.set_seed(seed)
+        self.batches = iter(self.collector)
+
+    def next_batch(self, random_actions: bool) -> TensorDictBase:
+        # TorchRL's own worker loop switches random actions per batch the same way.
+        self.collector.init_random_frames = float("inf") if random_actions else -1
+        return next(self.batches)
+
+    def load(self, weights: TensorDictBase) -> None:
+        weights.to_module(self.policy.module)
+
+
+class RayActorPool:
+    """``num_workers`` Ray actors collecting concurrently with the learner; the same interface
+    as :class:`~actorq.actors.pool.ActorPool` (iteration, :meth:`push`, frame accounting).
+
+    Args:
+        env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
+        init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
+        frames_done: as for :class:`~actorq.actors.pool.ActorPool`.
+        writer: accepted for the same interface and not used: the learner stores every
+            batch (a Ray actor on another machine cannot reach this machine's shared memory).
+        address: the Ray cluster: ``"local"`` starts one on this machine for the run,
+            ``"auto"`` joins the one ``ray start`` runs here, else a cluster's address.
+        num_cpus: CPUs Ray reserves for each actor.
+        resources: custom Ray resources each actor needs (e.g. ``{"actor_node": 1}`` to
+            place the actors on the nodes started with that resource).
+        ready_timeout_s: how long to wait for every actor to be placed and built.
+
+    Attributes:
+        frames, collected_frames, dropped_frames, unused_frames, restarts: as for
+            :class:`~actorq.actors.pool.ActorPool`. A batch a Ray actor finished waits in
+            the object store until taken, so none is dropped; only a failed actor's batch
+            in progress is lost, and it never counted as collected.
+        broadcast_bytes: bytes the last :meth:`push` put in the object store for the actors.
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        policy: nn.Module,
+        num_workers: int,
+        frames_per_batch: int,
+        total_frames: int,
+        envs_per_worker: int = 1,
+        init_random_frames: int = 0,
+        seed: int = 0,
+        library: str | None = None,
+        writer: ExperienceWriter | None = None,
+        lean_envs: bool = True,
+        restart_on_failure: bool = True,
+        max_restarts: int = 3,
+        frames_done: int = 0,
+        address: str = "local",
+        num_cpus: float = 1,
+        resources: dict[str, float] | None = None,
+        ready_timeout_s: float = 300.0,
+    ):
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
+                            ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
+            if value <= 0:
+                raise ValueError(f"actors.{name} must be positive, got {value}")
+        if not 0 <= frames_done < total_frames:
+            raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
+        if num_cpus < 0:
+            raise ValueError(f"actors.ray.num_cpus must be >= 0, got {num_cpus}")
+        self.ray = import_ray()
+        self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
+        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
+        self.num_workers = num_workers
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.init_random_frames = init_random_frames
+        self.seed = seed
+        self.frames_done = frames_done
+        self.restart_on_failure = restart_on_failure
+        self.max_restarts = max_restarts
+        self.frames = frames_done
+        self.collected_frames = 0
+        self.dropped_frames = 0
+        self.unused_frames = 0
+        self.restarts = 0
+        self.broadcast_bytes = 0
+        self._requested = frames_done  # frames asked of the actors, counting those done
+        self._weights = None  # object ref of the last pushed weights, for restarts
+        self._owns_ray = not self.ray.is_initialized()
+        if self._owns_ray:
+            local = {"include_dashboard": False} if address == "local" else {}
+            self.ray.init(address=address, logging_level=logging.WARNING, **local)
+        self._remote = self.ray.remote(RolloutWorker).options(num_cpus=num_cpus, resources=dict(resources or {}))
+        self.workers = [self._start(index) for index in range(num_workers)]
+        self._pending: dict[Any, int] = {}  # batch request -> actor index
+        try:
+            self._wait_until_placed(num_cpus, dict(resources or {}), ready_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _wait_until_placed(self, num_cpus: float, resources: dict[str, float], timeout: float) -> None:
+        """Waits for every actor to be built; Ray would wait forever for resources that no
+        node has, so after ``timeout`` this says what was asked and what the cluster has."""
+        ready = [worker.__ray_ready__.remote() for worker in self.workers]
+        done, _ = self.ray.wait(ready, num_returns=len(ready), timeout=timeout)
+        if len(done) < len(ready):
+            raise RuntimeError(
+                f"{len(ready) - len(done)} of {len(ready)} Ray actors were not running after {timeout:.0f} s; "
+                f"each asks for {num_cpus} CPU and {resources or 'no custom resources'}, "
+                f"the cluster has {self.ray.cluster_resources()}"
+            )
+        self.ray.get(done)  # raises what an actor's constructor raised
+
+    def _start(self, index: int):
+        worker = self._remote.remote(self.env_fn, self.policy, self.frames_per_batch,
+                                     self.seed + 7919 * index + 1_000_003 * self.restarts, index)
+        if self._weights is not None:
+            worker.load.remote(self._weights)  # runs before any batch request: actor calls are in order
+        return worker
+
+    def __len__(self) -> int:
+        return -(-self.total_frames // self.frames_per_batch)
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        for index in range(self.num_workers):
+            self._request(index)
+        while self._pending:
+            [ready], _ = self.ray.wait(list(self._pending), num_returns=1)
+            index = self._pending.pop(ready)
+            try:
+                batch = self.ray.get(ready)
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as error:
+                self._requested -= self.frames_per_batch
+                self._recover(index, error)
+                self._request(index)
+                continue
+            self.collected_frames += batch.numel()
+            self.frames += batch.numel()
+            self._request(index)
+            yield batch
+
+    def _request(self, index: int) -> None:
+        """Asks actor ``index`` for its next batch, unless the batches asked for already
+        cover the frame budget."""
+        if self._requested >= self.total_frames:
+            return
+        random_actions = self._requested < self.init_random_frames
+        self._requested += self.frames_per_batch
+        self._pending[self.workers[index].next_batch.remote(random_actions)] = index
+
+    def _recover(self, index: int, error: Exception) -> None:
+        """Replaces a failed actor with a fresh one running the last pushed weights, or
+        raises :class:`ActorWorkerError`."""
+        cause = _cause(error)
+        self.ray.kill(self.workers[index], no_restart=True)
+        if not self.restart_on_failure:
+            raise ActorWorkerError(index, cause, " (actors.restart_on_failure=false)") from None
+        if self.restarts >= self.max_restarts:
+            raise ActorWorkerError(index, cause,
+                                   f" (after {self.restarts} restarts; actors.max_restarts={self.max_restarts})") from None
+        self.restarts += 1
+        log.warning("actor worker %d failed (%s); restarting it with the current weights (restart %d of at "
+                    "most %d)", index, cause, self.restarts, self.max_restarts)
+        self.workers[index] = self._start(index)
+
+    def push(self, policy: nn.Module) -> None:
+        """Puts ``policy``'s parameters and buffers in the object store once and loads them
+        into every actor; returns once every live actor has them. A dead actor does not hang
+        it: the iteration restarts that actor with these weights."""
+        weights = TensorDict.from_module(policy).clone()
+        self.broadcast_bytes = sum(tensor.nbytes for tensor in weights.values(True, True))
+        self._weights = self.ray.put(weights)
+        loads = [worker.load.remote(self._weights) for worker in self.workers]
+        for index, load in enumerate(loads):
+            try:
+                self.ray.get(load)
+            except self.ray.exceptions.RayActorError as error:
+                if not self.restart_on_failure or self.restarts >= self.max_restarts:
+                    raise ActorWorkerError(index, _cause(error)) from None
+                # the iteration finds the dead actor and restarts it with these weights
+
+    def shutdown(self) -> None:
+        """Stops the actors (and the Ray instance the pool started); safe to call twice."""
+        if not self.workers:
+            return
+        for request in self._pending:
+            self.ray.cancel(request, force=True)
+        self._pending.clear()
+        for worker in self.workers:
+            self.ray.kill(worker, no_restart=True)
+        self.workers = []
+        if self._owns_ray:
+            self.ray.shutdown()
+
+
+def _cause(error: Exception) -> str:
+    """One line on what ended a Ray actor or its call: the exception its env raised, else
+    Ray's first line about the actor's death."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, Exception):
+        return f"{type(cause).__name__}: {cause}"
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

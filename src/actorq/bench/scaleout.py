@@ -1,0 +1,141 @@
+"""``python -m actorq.bench scaleout``: the Ray backend against local actor processes.
+
+Two tables from one run, on one local Ray instance started for the benchmark:
+
+* **backend**: frames/s the learner receives from ``--workers`` actors, as local processes
+  (:class:`~actorq.actors.pool.ActorPool`) and as Ray actors
+  (:class:`~actorq.actors.ray_pool.RayActorPool`), same env, policy, batch and frame count,
+  measured alternately ``--rounds`` times (best kept). Target: Ray >= 0.8x processes.
+* **broadcast**: one push of QuaRL's 2048x3 policy to the Ray actors, fp32 against the int8
+  payload the trainer sends: bytes put in the object store and the push's latency (median
+  of ``--pushes``). Targets: int8 bytes <= 0.26x fp32, latency < 0.5x.
+
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+
+    python -m actorq.bench scaleout [--quick] [--env cheetah-run] [--workers 2] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+
+from actorq.actors.pool import ActorPool
+from actorq.actors.ray_pool import RayActorPool, import_ray
+from actorq.bench._table import report, write_json
+from actorq.bench.actors import actor_policy
+from actorq.quant import QuantSpec
+
+TARGET_RAY_RATE = 0.8
+TARGET_INT8_BYTES = 0.26
+TARGET_INT8_LATENCY = 0.5
+BACKENDS = {"process": ActorPool, "ray": RayActorPool}
+
+
+def frames_per_s(backend: str, env_name: str, policy, workers: int, frames_per_batch: int, batches: int) -> float:
+    """Frames/s over ``batches`` batches, after one warm-up batch per worker."""
+    total = frames_per_batch * (batches + workers)
+    pool = BACKENDS[backend](env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch,
+                             total_frames=total)
+    try:
+        start, frames = None, 0
+        for index, batch in enumerate(pool):
+            if index == workers - 1:
+                start = time.perf_counter()
+            elif start is not None:
+                frames += batch.numel()
+        return frames / (time.perf_counter() - start)
+    finally:
+        pool.shutdown()
+
+
+def push_latency_ms(pool: RayActorPool, policy, pushes: int) -> float:
+    """Median ms of ``pool.push(policy)`` (object store put and every actor's load)."""
+    times = []
+    for _ in range(pushes):
+        start = time.perf_counter()
+        pool.push(policy)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def broadcast_rows(env_name: str, workers: int, width: int, pushes: int) -> list[dict]:
+    policies = {"fp32": actor_policy(env_name, width, None),
+                "int8 static": actor_policy(env_name, width, QuantSpec(bits=8, mode="static"))}
+    rows = []
+    for name, policy in policies.items():
+        pool = RayActorPool(env_name, policy, num_workers=workers, frames_per_batch=64, total_frames=64)
+        try:
+            latency = push_latency_ms(pool, policy, pushes)
+            rows.append({"policy": f"{width}x3", "precision": name, "bytes": pool.broadcast_bytes,
+                         "push_ms": latency})
+        finally:
+            pool.shutdown()
+    fp32 = rows[0]
+    for row in rows:
+        row["bytes_vs_fp32"] = row["bytes"] / fp32["bytes"]
+        row["push_ms_vs_fp32"] = row["push_ms"] / fp32["push_ms"]
+    return rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m actorq.bench scaleout", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="cheetah-run")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--width", type=int, default=64, help="policy width for the frames/s table")
+    parser.add_argument("--frames-per-batch", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=20, help="timed batches per run")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating repetitions (best kept)")
+    parser.add_argument("--broadcast-width", type=int, default=2048)
+    parser.add_argument("--pushes", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
+    parser.add_argument("--out", default="bench-results/scaleout.json", help="JSON output ('' for none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
+        args.broadcast_width, args.pushes = 256, 2
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
+    args = parse_args(argv)
+    ray = import_ray()
+    torch.set_num_threads(1)
+    ray.init(address="local", include_dashboard=False, num_cpus=max(args.workers, 1))
+    try:
+        policy = actor_policy(args.env, args.width, None)
+        found = {backend: 0.0 for backend in BACKENDS}
+        for _ in range(args.rounds):
+            for backend in BACKENDS:
+                rate = frames_per_s(backend, args.env, policy, args.workers, args.frames_per_batch, args.batches)
+                found[backend] = max(found[backend], rate)
+        backend_rows = [{"env": args.env, "workers": args.workers, "width": args.width, "backend": backend,
+                         "frames_per_s": rate, "vs_process": rate / found["process"]}
+                        for backend, rate in found.items()]
+        broadcast = broadcast_rows(args.env, args.workers, args.broadcast_width, args.pushes)
+    finally:
+        ray.shutdown()
+    report(f"actor frames/s by backend ({args.workers} workers, {args.env})", backend_rows, None)
+    report("broadcast to Ray actors", broadcast, None)
+    rows = {"backend": backend_rows, "broadcast": broadcast}
+    if args.out:
+        write_json("scaleout", [{"table": table, **row} for table, part in rows.items() for row in part], args.out)
+    ray_rate = backend_rows[1]["vs_process"]
+    int8 = broadcast[1]
+    for label, value, target, ok in (
+        ("Ray frames/s vs processes", ray_rate, f">= {TARGET_RAY_RATE}x", ray_rate >= TARGET_RAY_RATE),
+        ("int8 broadcast bytes vs fp32", int8["bytes_vs_fp32"], f"<= {TARGET_INT8_BYTES}x",
+         int8["bytes_vs_fp32"] <= TARGET_INT8_BYTES),
+        ("int8 push latency vs fp32", int8["push_ms_vs_fp32"], f"< {TARGET_INT8_LATENCY}x",
+         int8["push_ms_vs_fp32"] < TARGET_INT8_LATENCY),
+    ):
+        print(f"{label}: {value:.2f}x (target {target}) {'ok' if ok else 'MISSED'}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

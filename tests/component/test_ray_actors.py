@@ -1,0 +1,118 @@
+"""Ray actors on a real two-node Ray cluster on this machine: a head started with ``ray start
+--head`` and a second node joined with ``ray start --address``, holding the only
+``actor_node`` resource, so the actors run on another node than the learner."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+import torch
+
+from actorq.actors.ray_pool import RayActorPool
+from actorq.train import train
+from tests.component.fault_envs import ConstantAction
+from tests.conftest import TINY
+from tests.helpers import scalars
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+# Ray's token authentication is for clusters reachable from other machines; this one is not.
+RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": str(REPO)}  # the actors unpickle tests.component.fault_envs
+
+
+def ray_processes() -> list[psutil.Process]:
+    names = ("raylet", "gcs_server", "ray::")
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        text = " ".join([process.info["name"] or "", *(process.info["cmdline"] or [])])
+        if any(name in text for name in names):
+            found.append(process)
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster(monkeypatch_module):
+    """The address of a head node (1 CPU) and a second node (2 CPUs, ``actor_node: 2``);
+    both are stopped afterwards and no Ray process is left."""
+    for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED"):
+        monkeypatch_module.setenv(key, RAY_ENV[key])
+    address = "127.0.0.1:6389"
+    start = [RAY, "start", "--disable-usage-stats"]
+    try:
+        subprocess.run([*start, "--head", f"--port={address.split(':')[1]}", "--num-cpus=1",
+                        "--include-dashboard=false"], env=RAY_ENV, check=True, capture_output=True, timeout=120)
+        subprocess.run([*start, f"--address={address}", "--num-cpus=2", '--resources={"actor_node": 2}'],
+                       env=RAY_ENV, check=True, capture_output=True, timeout=120)
+        yield address
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        subprocess.run([RAY, "stop", "--force"], env=RAY_ENV, capture_output=True, timeout=120)
+    _, alive = psutil.wait_procs(ray_processes(), timeout=10)
+    assert not alive, [process.info["cmdline"] for process in alive]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def node_of(actor) -> str:
+    return ray.get(actor.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id()))
+
+
+@pytest.mark.timeout(300)
+def test_ray_actors_on_another_node_collect_take_pushed_weights_and_survive_a_kill(cluster):
+    """Two Ray actors on the second node: every frame of the budget arrives, the weights
+    pushed after the second batch reach both actors, and an actor killed later is replaced
+    by one running those weights."""
+    pool = RayActorPool("count", ConstantAction(1.0), num_workers=2, frames_per_batch=50, total_frames=1000,
+                        library="faults", address=cluster, resources={"actor_node": 1})
+    actions, pushed_after, killed_after = [], None, None
+    try:
+        [actor_node] = [node["NodeID"] for node in ray.nodes() if node["Alive"] and "actor_node" in node["Resources"]]
+        head = [node["NodeID"] for node in ray.nodes() if "node:__internal_head__" in node["Resources"]]
+        assert head and actor_node not in head
+        assert {node_of(worker) for worker in pool.workers} == {actor_node}
+        for index, batch in enumerate(pool):
+            actions.append(batch["action"].unique().tolist())
+            if index == 1:
+                pool.push(ConstantAction(7.0))  # another module: the actors get 7 only from the push
+                pushed_after = len(actions)
+            if index == 5:
+                ray.kill(pool.workers[0], no_restart=True)
+                killed_after = len(actions)
+    finally:
+        pool.shutdown()
+    assert pool.frames == pool.collected_frames == 1000
+    assert pool.restarts == 1
+    # Requests sent before the push (one per actor) may still run the old weights.
+    assert all(action == [1.0] for action in actions[:pushed_after]), actions
+    assert all(action == [7.0] for action in actions[pushed_after + 2:]), actions
+    assert len(actions) - killed_after >= 8, actions
+    assert pool.broadcast_bytes == ConstantAction(7.0).value.nbytes
+    assert torch.equal(torch.tensor([7.0]), torch.tensor(actions[-1]))
+
+
+@pytest.mark.timeout(300)
+def test_a_run_with_int8_ray_actors_on_another_node_broadcasts_the_int8_payload(cluster, make_cfg, tmp_path):
+    """The whole run through ``actors.backend=ray``: the actors on the second node collect
+    the budget, and each broadcast puts the int8 payload in the object store, not fp32
+    weights (the payload plus the exploration policy's few buffers)."""
+    cfg = make_cfg("+experiment=td3_pendulum", *TINY, "quant.bits=8", "callbacks=no_checkpoint",
+                   "~callbacks.carbon", "actors.num_workers=2", "actors.backend=ray", f"actors.ray.address={cluster}",
+                   "actors.ray.resources={actor_node:1}")
+    summary, objects = train(cfg)
+    assert summary["status"] == "completed" and summary["frames"] == 600
+    pool = objects["experience"].actors
+    assert isinstance(pool, RayActorPool) and pool.frames == pool.collected_frames == 600
+    payload_bytes = scalars(tmp_path / "tb")["quant/broadcast_bytes"][-1][1]
+    fp32_bytes = sum(p.nbytes for p in objects["learner"].behaviour_network.parameters())
+    assert payload_bytes <= pool.broadcast_bytes <= payload_bytes + 256
+    assert pool.broadcast_bytes < 0.5 * fp32_bytes
