@@ -14,11 +14,14 @@ Env names (``library="faults"``):
   collected are exactly ``t = 0, 1, 2, ...`` with nothing missing.
 - ``"fail-w{W}-s{S}"``: the same, but the env on worker ``W`` raises ``RuntimeError`` at its
   step ``S`` (again after every restart).
+- ``"stall-w{W}-s{S}"``: the same, but the env on worker ``W`` sleeps :data:`STALL_S` at its
+  step ``S``.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import gymnasium
 import numpy as np
@@ -31,15 +34,16 @@ from actorq.actors.pool import worker_index
 from actorq.envs import EnvSuite, register_suite, suites
 
 EPISODE = 50
+STALL_S = 4.0
 
 
 class Counting(gymnasium.Env):
     """Observation ``[worker, t]``; reward is the action; truncated every ``EPISODE`` steps."""
 
-    def __init__(self, fail_worker: int | None = None, fail_step: int | None = None):
+    def __init__(self, fail_worker: int | None = None, fail_step: int | None = None, stall: bool = False):
         self.observation_space = gymnasium.spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float64)
         self.action_space = gymnasium.spaces.Box(-10.0, 10.0, shape=(1,), dtype=np.float32)
-        self.fail_worker, self.fail_step = fail_worker, fail_step
+        self.fail_worker, self.fail_step, self.stall = fail_worker, fail_step, stall
         self.t = 0
         self.episode_t = 0
 
@@ -50,7 +54,10 @@ class Counting(gymnasium.Env):
 
     def step(self, action):
         if self.t == self.fail_step and worker_index() == self.fail_worker:
-            raise RuntimeError(f"injected fault at step {self.t}")
+            if self.stall:
+                time.sleep(STALL_S)
+            else:
+                raise RuntimeError(f"injected fault at step {self.t}")
         self.t += 1
         self.episode_t += 1
         return self._observation(), float(action[0]), False, self.episode_t >= EPISODE, {}
@@ -67,11 +74,14 @@ class FaultSuite(EnvSuite):
         return ["count", "fail-w0-s0"]
 
     def knows(self, env_name):
-        return env_name == "count" or re.fullmatch(r"fail-w\d+-s\d+", env_name) is not None
+        return env_name == "count" or re.fullmatch(r"(fail|stall)-w\d+-s\d+", env_name) is not None
 
     def make(self, env_name, seed):
-        match = re.fullmatch(r"fail-w(\d+)-s(\d+)", env_name)
-        raw = Counting(*map(int, match.groups())) if match else Counting()
+        match = re.fullmatch(r"(fail|stall)-w(\d+)-s(\d+)", env_name)
+        if match:
+            raw = Counting(int(match.group(2)), int(match.group(3)), stall=match.group(1) == "stall")
+        else:
+            raw = Counting()
         env = TransformedEnv(GymWrapper(raw), Compose(DoubleToFloat(), RewardSum()))
         if seed is not None:
             env.set_seed(seed)

@@ -25,22 +25,24 @@ RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED":
            "PYTHONPATH": str(REPO)}  # the actors unpickle tests.component.fault_envs
 
 
-def ray_processes() -> list[psutil.Process]:
-    names = ("raylet", "gcs_server", "ray::")
-    found = []
-    for process in psutil.process_iter(["name", "cmdline"]):
-        text = " ".join([process.info["name"] or "", *(process.info["cmdline"] or [])])
-        if any(name in text for name in names):
-            found.append(process)
+def ray_processes() -> dict[int, psutil.Process]:
+    """Every Ray process on this machine: its daemons, agents and workers."""
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if command.startswith("ray::") or "/ray/" in command or " -m ray." in command:
+            found[process.pid] = process
     return found
 
 
 @pytest.fixture(scope="module")
 def cluster(monkeypatch_module):
-    """The address of a head node (1 CPU) and a second node (2 CPUs, ``actor_node: 2``);
-    both are stopped afterwards and no Ray process is left."""
+    """The address of a head node (1 CPU) and a second node (2 CPUs, ``actor_node: 2``).
+    Afterwards the processes of this cluster, and only those (``ray stop`` would stop every
+    Ray cluster of this machine), are stopped, and none is left."""
     for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED"):
         monkeypatch_module.setenv(key, RAY_ENV[key])
+    before = set(ray_processes())
     address = "127.0.0.1:6389"
     start = [RAY, "start", "--disable-usage-stats"]
     try:
@@ -52,9 +54,15 @@ def cluster(monkeypatch_module):
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([RAY, "stop", "--force"], env=RAY_ENV, capture_output=True, timeout=120)
-    _, alive = psutil.wait_procs(ray_processes(), timeout=10)
-    assert not alive, [process.info["cmdline"] for process in alive]
+        ours = [process for pid, process in ray_processes().items() if pid not in before]
+        for process in ours:
+            process.terminate()
+        _, alive = psutil.wait_procs(ours, timeout=10)
+        for process in alive:  # Ray's daemons do not all stop on SIGTERM
+            process.kill()
+        psutil.wait_procs(alive, timeout=10)
+    left = [process.info["cmdline"] for pid, process in ray_processes().items() if pid not in before]
+    assert not left, left
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +106,31 @@ def test_ray_actors_on_another_node_collect_take_pushed_weights_and_survive_a_ki
     assert len(actions) - killed_after >= 8, actions
     assert pool.broadcast_bytes == ConstantAction(7.0).value.nbytes
     assert torch.equal(torch.tensor([7.0]), torch.tensor(actions[-1]))
+
+
+def worker_of(batch) -> int:
+    [worker] = batch["observation"][:, 0].long().unique().tolist()
+    return worker
+
+
+@pytest.mark.timeout(300)
+def test_asynchronous_actors_keep_delivering_while_one_stalls_and_lock_step_waits_for_it(cluster):
+    """Worker 1's env sleeps ``STALL_S`` at its step 60 (in its second batch). Asynchronous
+    collection hands over worker 0's batches meanwhile; lock-step rounds hold one batch of
+    each worker, so worker 0 waits."""
+    order = {}
+    for sync in (False, True):
+        pool = RayActorPool("stall-w1-s60", ConstantAction(1.0), num_workers=2, frames_per_batch=50,
+                            total_frames=800, library="faults", address=cluster, resources={"actor_node": 1},
+                            sync=sync)
+        try:
+            order[sync] = [worker_of(batch) for batch in pool]
+        finally:
+            pool.shutdown()
+        assert pool.frames == 800
+    assert all(sorted(order[True][i:i + 2]) == [0, 1] for i in range(0, 16, 2)), order[True]
+    longest_run_of_worker_0 = max(len(run) for run in "".join(map(str, order[False])).split("1"))
+    assert longest_run_of_worker_0 >= 5, order[False]
 
 
 @pytest.mark.timeout(300)

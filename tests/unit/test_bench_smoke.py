@@ -49,7 +49,7 @@ def test_regime_benchmark_predicts_a_grid_and_checks_it_with_real_runs(tmp_path)
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
-def test_scaleout_benchmark_times_both_backends_and_broadcasts_fp32_and_int8(tmp_path):
+def test_scaleout_benchmark_times_backends_broadcasts_and_lock_step(tmp_path):
     out = tmp_path / "s.json"
     tables = scaleout.main(["--quick", "--out", str(out)])
     assert [row["backend"] for row in tables["backend"]] == ["process", "ray"]
@@ -57,7 +57,10 @@ def test_scaleout_benchmark_times_both_backends_and_broadcasts_fp32_and_int8(tmp
     fp32, int8 = tables["broadcast"]
     assert (fp32["precision"], int8["precision"]) == ("fp32", "int8 static")
     assert 0.2 < int8["bytes_vs_fp32"] < 0.3  # int8 weights, fp32 first and last layers and scales
-    assert [row["table"] for row in json.loads(out.read_text())["rows"]] == ["backend"] * 2 + ["broadcast"] * 2
+    [lockstep] = tables["lockstep"]
+    assert lockstep["workers"] == 2 and lockstep["sync_frames_per_s"] > 0 and lockstep["async_frames_per_s"] > 0
+    tables_in_json = [row["table"] for row in json.loads(out.read_text())["rows"]]
+    assert tables_in_json == ["backend"] * 2 + ["broadcast"] * 2 + ["lockstep"]
 
 
 def test_dispatcher_lists_benchmarks_and_rejects_unknown_names():

@@ -2,7 +2,8 @@
 worker env and policy as a local actor process (``actors.backend=ray``, extra ``actorq[ray]``).
 
 The learner keeps one batch request in flight per actor and takes whichever batch is ready
-first, so a slow actor never stalls the others. A broadcast puts the policy's parameters and
+first, so a slow actor never stalls the others (``sync=True``: lock-step rounds, one batch
+of every actor, each round as slow as its slowest actor). A broadcast puts the policy's parameters and
 buffers (for an int8 actor policy: the int8 payload) in Ray's object store once; every actor
 loads them from there. Ray actors may live on other machines, so they never write into the
 learner's shared-memory replay: the learner stores every batch it receives.
@@ -81,6 +82,9 @@ class RayActorPool:
         resources: custom Ray resources each actor needs (e.g. ``{"actor_node": 1}`` to
             place the actors on the nodes started with that resource).
         ready_timeout_s: how long to wait for every actor to be placed and built.
+        sync: lock-step collection: each round waits for a batch from every actor before
+            any actor is asked for its next (the slowest actor sets the pace); ``False``
+            hands the learner whichever batch is ready first.
 
     Attributes:
         frames, collected_frames, dropped_frames, unused_frames, restarts: as for
@@ -110,6 +114,7 @@ class RayActorPool:
         num_cpus: float = 1,
         resources: dict[str, float] | None = None,
         ready_timeout_s: float = 300.0,
+        sync: bool = False,
     ):
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                             ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
@@ -130,6 +135,7 @@ class RayActorPool:
         self.frames_done = frames_done
         self.restart_on_failure = restart_on_failure
         self.max_restarts = max_restarts
+        self.sync = sync
         self.frames = frames_done
         self.collected_frames = 0
         self.dropped_frames = 0
@@ -144,7 +150,7 @@ class RayActorPool:
             self.ray.init(address=address, logging_level=logging.WARNING, **local)
         self._remote = self.ray.remote(RolloutWorker).options(num_cpus=num_cpus, resources=dict(resources or {}))
         self.workers = [self._start(index) for index in range(num_workers)]
-        self._pending: dict[Any, int] = {}  # batch request -> actor index
+        self._pending: dict[Any, tuple[int, bool]] = {}  # batch request -> (actor, random actions)
         try:
             self._wait_until_placed(num_cpus, dict(resources or {}), ready_timeout_s)
         except BaseException:
@@ -178,19 +184,19 @@ class RayActorPool:
         for index in range(self.num_workers):
             self._request(index)
         while self._pending:
-            [ready], _ = self.ray.wait(list(self._pending), num_returns=1)
-            index = self._pending.pop(ready)
-            try:
-                batch = self.ray.get(ready)
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as error:
-                self._requested -= self.frames_per_batch
-                self._recover(index, error)
+            if self.sync:  # lock-step: the whole round arrives before any actor is asked again
+                round_ = list(self._pending.items())
+                self._pending.clear()
+                batches = [self._collect(request, *asked) for request, asked in round_]
+                for _, (index, _) in round_:
+                    self._request(index)
+                yield from batches
+            else:  # whichever batch is ready first
+                [request], _ = self.ray.wait(list(self._pending), num_returns=1)
+                index, random_actions = self._pending.pop(request)
+                batch = self._collect(request, index, random_actions)
                 self._request(index)
-                continue
-            self.collected_frames += batch.numel()
-            self.frames += batch.numel()
-            self._request(index)
-            yield batch
+                yield batch
 
     def _request(self, index: int) -> None:
         """Asks actor ``index`` for its next batch, unless the batches asked for already
@@ -199,7 +205,21 @@ class RayActorPool:
             return
         random_actions = self._requested < self.init_random_frames
         self._requested += self.frames_per_batch
-        self._pending[self.workers[index].next_batch.remote(random_actions)] = index
+        self._pending[self.workers[index].next_batch.remote(random_actions)] = (index, random_actions)
+
+    def _collect(self, request, index: int, random_actions: bool) -> TensorDictBase:
+        """The batch ``request`` asked actor ``index`` for, counted; if the actor failed, it
+        is replaced (or :class:`ActorWorkerError` raised) and the new one asked instead."""
+        while True:
+            try:
+                batch = self.ray.get(request)
+                break
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as error:
+                self._recover(index, error)
+                request = self.workers[index].next_batch.remote(random_actions)
+        self.collected_frames += batch.numel()
+        self.frames += batch.numel()
+        return batch
 
     def _recover(self, index: int, error: Exception) -> None:
         """Replaces a failed actor with a fresh one running the last pushed weights, or

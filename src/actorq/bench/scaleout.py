@@ -1,6 +1,6 @@
 """``python -m actorq.bench scaleout``: the Ray backend against local actor processes.
 
-Two tables from one run, on one local Ray instance started for the benchmark:
+Three tables from one run, on one local Ray instance started for the benchmark:
 
 * **backend**: frames/s the learner receives from ``--workers`` actors, as local processes
   (:class:`~actorq.actors.pool.ActorPool`) and as Ray actors
@@ -9,6 +9,9 @@ Two tables from one run, on one local Ray instance started for the benchmark:
 * **broadcast**: one push of QuaRL's 2048x3 policy to the Ray actors, fp32 against the int8
   payload the trainer sends: bytes put in the object store and the push's latency (median
   of ``--pushes``). Targets: int8 bytes <= 0.26x fp32, latency < 0.5x.
+* **lockstep**: frames/s of 1, 4 and 8 Ray actors on a sleep-bound env whose steps take 3 ms,
+  now and then 300 ms (:mod:`actorq.bench.heavy_tail`), collected in lock-step rounds
+  (``actors.sync=true``) and asynchronously. Target: async >= 3x lock-step at 8 actors.
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
@@ -28,9 +31,12 @@ from actorq.actors.pool import ActorPool
 from actorq.actors.ray_pool import RayActorPool, import_ray
 from actorq.bench._table import report, write_json
 from actorq.bench.actors import actor_policy
+from actorq.bench.heavy_tail import FAST_S, SLOW_P, SLOW_S, HeavyTailSuite, ZeroPolicy
+from actorq.envs import register_suite, suites, unregister_suite
 from actorq.quant import QuantSpec
 
 TARGET_RAY_RATE = 0.8
+TARGET_ASYNC = 3.0  # at 8 actors
 TARGET_INT8_BYTES = 0.26
 TARGET_INT8_LATENCY = 0.5
 BACKENDS = {"process": ActorPool, "ray": RayActorPool}
@@ -51,6 +57,32 @@ def frames_per_s(backend: str, env_name: str, policy, workers: int, frames_per_b
         return frames / (time.perf_counter() - start)
     finally:
         pool.shutdown()
+
+
+def lockstep_rows(worker_counts: Sequence[int], steps_per_batch: int, batches_per_worker: int) -> list[dict]:
+    """Frames/s of Ray actors on the heavy-tailed env, lock-step (``sync``) against
+    asynchronous, at each number of actors (one alternating pair per count)."""
+    if HeavyTailSuite.name not in suites():
+        register_suite(HeavyTailSuite)
+    try:
+        rows = []
+        for workers in worker_counts:
+            rates = {}
+            for sync in (True, False):
+                total = steps_per_batch * batches_per_worker * workers
+                pool = RayActorPool("heavy-tail", ZeroPolicy(), num_workers=workers, frames_per_batch=steps_per_batch,
+                                    total_frames=total, library=HeavyTailSuite.name, num_cpus=0, sync=sync)
+                try:
+                    start = time.perf_counter()
+                    frames = sum(batch.numel() for batch in pool)
+                    rates[sync] = frames / (time.perf_counter() - start)
+                finally:
+                    pool.shutdown()
+            rows.append({"workers": workers, "steps_per_batch": steps_per_batch, "sync_frames_per_s": rates[True],
+                         "async_frames_per_s": rates[False], "async_vs_sync": rates[False] / rates[True]})
+        return rows
+    finally:
+        unregister_suite(HeavyTailSuite.name)
 
 
 def push_latency_ms(pool: RayActorPool, policy, pushes: int) -> float:
@@ -92,12 +124,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="alternating repetitions (best kept)")
     parser.add_argument("--broadcast-width", type=int, default=2048)
     parser.add_argument("--pushes", type=int, default=10)
+    parser.add_argument("--lockstep-workers", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--lockstep-steps", type=int, default=10, help="env steps per batch, lock-step table")
+    parser.add_argument("--lockstep-batches", type=int, default=60, help="batches per actor, lock-step table")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/scaleout.json", help="JSON output ('' for none)")
     args = parser.parse_args(argv)
     if args.quick:
         args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
         args.broadcast_width, args.pushes = 256, 2
+        args.lockstep_workers, args.lockstep_batches = [2], 3
     return args
 
 
@@ -117,16 +153,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
                          "frames_per_s": rate, "vs_process": rate / found["process"]}
                         for backend, rate in found.items()]
         broadcast = broadcast_rows(args.env, args.workers, args.broadcast_width, args.pushes)
+        lockstep = lockstep_rows(args.lockstep_workers, args.lockstep_steps, args.lockstep_batches)
     finally:
         ray.shutdown()
     report(f"actor frames/s by backend ({args.workers} workers, {args.env})", backend_rows, None)
     report("broadcast to Ray actors", broadcast, None)
-    rows = {"backend": backend_rows, "broadcast": broadcast}
+    report(f"lock-step vs asynchronous Ray actors, heavy-tailed env ({FAST_S * 1e3:.0f} ms per step, "
+           f"{SLOW_S * 1e3:.0f} ms with p={SLOW_P})", lockstep, None)
+    rows = {"backend": backend_rows, "broadcast": broadcast, "lockstep": lockstep}
     if args.out:
         write_json("scaleout", [{"table": table, **row} for table, part in rows.items() for row in part], args.out)
     ray_rate = backend_rows[1]["vs_process"]
     int8 = broadcast[1]
+    most = max(lockstep, key=lambda row: row["workers"])
     for label, value, target, ok in (
+        (f"async vs lock-step, {most['workers']} actors", most["async_vs_sync"], f">= {TARGET_ASYNC}x",
+         most["async_vs_sync"] >= TARGET_ASYNC),
         ("Ray frames/s vs processes", ray_rate, f">= {TARGET_RAY_RATE}x", ray_rate >= TARGET_RAY_RATE),
         ("int8 broadcast bytes vs fp32", int8["bytes_vs_fp32"], f"<= {TARGET_INT8_BYTES}x",
          int8["bytes_vs_fp32"] <= TARGET_INT8_BYTES),
