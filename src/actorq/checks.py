@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from omegaconf import DictConfig
@@ -30,7 +31,8 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
                      "eval.every_frames", "eval.episodes")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
-BOOLEANS = ("actors.restart_on_failure",)
+BOOLEANS = ("actors.restart_on_failure", "actors.sync")
+ACTOR_BACKENDS = ("process", "ray")
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -41,6 +43,7 @@ def check_run_config(cfg: DictConfig) -> None:
     check_booleans(cfg)
     check_budget(cfg)
     check_actor_sizes(cfg)
+    check_actor_backend(cfg)
     check_trainer(cfg)
 
 
@@ -109,6 +112,30 @@ def check_actor_sizes(cfg: DictConfig) -> None:
     batch, total = _select(cfg, "actors.frames_per_batch"), _select(cfg, "actors.total_frames")
     if batch is not None and total is not None and batch > total:
         raise ConfigError(f"actors.frames_per_batch={batch} is more than actors.total_frames={total}")
+
+
+def check_actor_backend(cfg: DictConfig) -> None:
+    """A known backend, lock-step only where it exists, Ray installed before it is needed."""
+    backend = _select(cfg, "actors.backend")
+    if backend is None:
+        return
+    if backend not in ACTOR_BACKENDS:
+        raise ConfigError(f"actors.backend must be {' or '.join(ACTOR_BACKENDS)}, got {backend!r}")
+    if backend == "process" and _select(cfg, "actors.sync"):
+        raise ConfigError("actors.sync=true needs actors.backend=ray; local actor processes collect asynchronously")
+    if backend != "ray":
+        return
+    if importlib.util.find_spec("ray") is None:
+        from actorq.actors.ray_pool import INSTALL_HINT
+
+        raise ConfigError(INSTALL_HINT)
+    num_cpus = _select(cfg, "actors.ray.num_cpus")
+    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float))
+                                 or not 0 <= num_cpus < float("inf")):
+        raise ConfigError(f"actors.ray.num_cpus must be a number >= 0, got {num_cpus!r}")
+    address = _select(cfg, "actors.ray.address")
+    if not isinstance(address, str) or not address:
+        raise ConfigError(f"actors.ray.address must be local, auto or a cluster's address, got {address!r}")
 
 
 def check_trainer(cfg: DictConfig) -> None:
