@@ -17,6 +17,12 @@ def test_benchmark_quick_run_writes_json(module, tmp_path):
     assert document["rows"] == json.loads(json.dumps(rows)) and len(rows) >= 2
 
 
+def test_learner_benchmark_refuses_too_few_frames_for_one_batch(capsys):
+    with pytest.raises(SystemExit):
+        learner.main(["--frames", "10", "--batches", "3", "--batch-size", "256", "--out", ""])
+    assert "must reach --batch-size (256)" in capsys.readouterr().err
+
+
 def test_learning_benchmark_pairs_fp32_and_int8(tmp_path):
     rows = learning.main(["--quick", "--experiments", "dqn_cartpole", "--out", str(tmp_path / "l.json"),
                           "--runs-dir", str(tmp_path / "runs")])

@@ -161,6 +161,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.hidden, args.batches, args.frames, args.batch_size, args.rounds = [32], 3, 20, 32, 1
+    if args.frames * args.batches < args.batch_size:  # the learner would wait for a batch forever
+        parser.error(f"--frames x --batches ({args.frames * args.batches}) must reach --batch-size "
+                     f"({args.batch_size}): the learner samples only once the replay holds one batch")
     return args
 
 
