@@ -21,7 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.pool import ActorWorkerError, make_worker_env, set_worker_index
+from actorq.actors.pool import ActorWorkerError, check_pool_args, make_worker_env, set_worker_index
 from actorq.envs import OBSERVATION
 from actorq.errors import ConfigError
 
@@ -116,12 +116,8 @@ class RayActorPool:
         ready_timeout_s: float = 300.0,
         sync: bool = False,
     ):
-        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
-                            ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
-            if value <= 0:
-                raise ValueError(f"actors.{name} must be positive, got {value}")
-        if not 0 <= frames_done < total_frames:
-            raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
+        check_pool_args(num_workers, envs_per_worker, frames_per_batch, total_frames, frames_done,
+                        init_random_frames, restart_on_failure, max_restarts)
         if num_cpus < 0:
             raise ValueError(f"actors.ray.num_cpus must be >= 0, got {num_cpus}")
         self.ray = import_ray()

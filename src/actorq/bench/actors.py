@@ -68,11 +68,12 @@ def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int =
 
 
 def frames_per_s(env_name: str, policy, workers: int, frames_per_batch: int, batches: int,
-                 envs_per_worker: int = 1, lean_envs: bool = True) -> float:
-    """Drains ``batches`` batches (after one warm-up batch per worker) and returns frames/s."""
+                 envs_per_worker: int = 1, lean_envs: bool = True, pool_class=ActorPool) -> float:
+    """Drains ``batches`` batches (after one warm-up batch per worker) of a ``pool_class``
+    pool (local processes, or Ray actors) and returns frames/s."""
     total = frames_per_batch * (batches + workers)
-    pool = ActorPool(env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total,
-                     envs_per_worker=envs_per_worker, lean_envs=lean_envs)
+    pool = pool_class(env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total,
+                      envs_per_worker=envs_per_worker, lean_envs=lean_envs)
     try:
         start, frames = None, 0
         for index, batch in enumerate(pool):

@@ -30,7 +30,7 @@ import torch
 from actorq.actors.pool import ActorPool
 from actorq.actors.ray_pool import RayActorPool, import_ray
 from actorq.bench._table import report, write_json
-from actorq.bench.actors import actor_policy
+from actorq.bench.actors import actor_policy, frames_per_s
 from actorq.bench.heavy_tail import FAST_S, SLOW_P, SLOW_S, HeavyTailSuite, ZeroPolicy
 from actorq.envs import register_suite, suites, unregister_suite
 from actorq.quant import QuantSpec
@@ -40,23 +40,6 @@ TARGET_ASYNC = 3.0  # at 8 actors
 TARGET_INT8_BYTES = 0.26
 TARGET_INT8_LATENCY = 0.5
 BACKENDS = {"process": ActorPool, "ray": RayActorPool}
-
-
-def frames_per_s(backend: str, env_name: str, policy, workers: int, frames_per_batch: int, batches: int) -> float:
-    """Frames/s over ``batches`` batches, after one warm-up batch per worker."""
-    total = frames_per_batch * (batches + workers)
-    pool = BACKENDS[backend](env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch,
-                             total_frames=total)
-    try:
-        start, frames = None, 0
-        for index, batch in enumerate(pool):
-            if index == workers - 1:
-                start = time.perf_counter()
-            elif start is not None:
-                frames += batch.numel()
-        return frames / (time.perf_counter() - start)
-    finally:
-        pool.shutdown()
 
 
 def lockstep_rows(worker_counts: Sequence[int], steps_per_batch: int, batches_per_worker: int) -> list[dict]:
@@ -147,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
         found = {backend: 0.0 for backend in BACKENDS}
         for _ in range(args.rounds):
             for backend in BACKENDS:
-                rate = frames_per_s(backend, args.env, policy, args.workers, args.frames_per_batch, args.batches)
+                rate = frames_per_s(args.env, policy, args.workers, args.frames_per_batch, args.batches,
+                                    pool_class=BACKENDS[backend])
                 found[backend] = max(found[backend], rate)
         backend_rows = [{"env": args.env, "workers": args.workers, "width": args.width, "backend": backend,
                          "frames_per_s": rate, "vs_process": rate / found["process"]}
