@@ -34,6 +34,8 @@ def main(cfg: DictConfig) -> float | None:
         print(f"actorq: interrupted; the last checkpoint and summary.json (status: interrupted) "
               f"are in {cfg.run_dir}", file=sys.stderr)
         raise
+    if summary.get("rank", 0) > 0:  # a learner rank of trainer.devices > 1: rank 0 reports
+        return None
     print(f"Final eval return {summary['final_return']:.1f} after {summary['frames']} frames "
           f"in {summary['wall_clock_s']:.0f} s")
     print(describe_outputs(cfg))

@@ -143,6 +143,33 @@ def check_trainer(cfg: DictConfig) -> None:
     if epochs is not None and epochs != 1:
         raise ConfigError(f"trainer.max_epochs must be 1 (one epoch is the actors' whole frame budget: "
                           f"set actors.total_frames instead), got {epochs!r}")
+    devices = _select(cfg, "trainer.devices")
+    if devices is not None and (not _is_int(devices) or devices < 1):
+        raise ConfigError(f"trainer.devices must be a positive integer (learner ranks), got {devices!r}")
+    nodes = _select(cfg, "trainer.num_nodes")
+    if nodes is not None and nodes != 1:
+        raise ConfigError(f"trainer.num_nodes must be 1: parallel learners run on one machine "
+                          f"(actors scale out with actors.backend=ray), got {nodes!r}")
+    if devices is not None and devices > 1:
+        check_parallel_learners(cfg, devices)
+
+
+def check_parallel_learners(cfg: DictConfig, devices: int) -> None:
+    """``trainer.devices > 1``: the batch splits evenly over the ranks, and the run was started
+    by ``python -m actorq`` (Lightning starts the other ranks by running that command again)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    batch = _select(cfg, "algo.batch_size")
+    if batch is not None and batch % devices:
+        raise ConfigError(f"algo.batch_size={batch} must split evenly over trainer.devices={devices} "
+                          "learner ranks (each trains on its share of every batch)")
+    if not HydraConfig.initialized():
+        raise ConfigError("trainer.devices > 1 needs the command line (python -m actorq ...): Lightning "
+                          "starts the other learner ranks by running that command again")
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        raise ConfigError("trainer.devices > 1 cannot run in a sweep (-m): Lightning would start each "
+                          "learner rank as a sweep of its own; run the sweep's jobs one by one")
 
 
 def _select(cfg: DictConfig, key: str):

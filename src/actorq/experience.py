@@ -29,12 +29,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
+from tensordict import TensorDictBase
 from torch import nn
 
 from actorq.envs import make_env
 from actorq.errors import ConfigError
+from actorq.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
 from actorq.replay.base import ReplayBuffer
-from actorq.replay.experience import ExperienceWriter
+from actorq.replay.experience import Arrivals, ExperienceWriter
 from actorq.replay.factory import transition_template
 
 # A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
@@ -64,8 +66,13 @@ class Experience(L.LightningDataModule):
         library: the environment suite (``env.library``); ``None`` looks the name up.
         config: the whole run config, kept in checkpoints as a hyperparameter.
 
+    With ``trainer.devices > 1`` (:mod:`actorq.parallel`) only rank 0 builds the replay,
+    the writer and the actors; every rank samples through :attr:`sampling`.
+
     Attributes:
         replay: the :class:`~actorq.replay.base.ReplayBuffer` (after ``setup``).
+        sampling: what the learner samples and feeds priorities to: the replay itself, or
+            with several learner ranks a :class:`~actorq.parallel.RankSampling` of it.
         writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
         actors: the :class:`~actorq.actors.pool.ActorPool` (after ``train_dataloader``).
         total_frames: env frames the run collects.
@@ -94,6 +101,7 @@ class Experience(L.LightningDataModule):
         self.quant = quant
         self.total_frames = int(make_actors.keywords["total_frames"])
         self.replay: ReplayBuffer | None = None
+        self.sampling: ReplayBuffer | RankSampling | None = None
         self.writer: ExperienceWriter | None = None
         self.actors: ActorPool | None = None
         self._replay_state: dict | None = None
@@ -103,7 +111,11 @@ class Experience(L.LightningDataModule):
         return make_env(self.env_name, seed=self.seed if seed is None else seed, library=self.library)
 
     def setup(self, stage: str) -> None:
-        if self.replay is not None:
+        if self.sampling is not None:
+            return
+        rank, ranks = self.trainer.global_rank, self.trainer.world_size
+        if rank > 0:  # a learner rank only: rank 0 samples its share of every batch
+            self.sampling = RankSampling(None, rank, ranks)
             return
         learner = self.trainer.lightning_module
         self.replay = _construct(
@@ -114,11 +126,30 @@ class Experience(L.LightningDataModule):
         if self._replay_state is not None:
             self.replay.load_state_dict(self._replay_state)
         self.writer = ExperienceWriter(self.replay, learner.n_step, learner.gamma)
+        self.sampling = self.replay if ranks == 1 else RankSampling(self.replay, rank, ranks)
 
-    def train_dataloader(self) -> ActorPool:
+    def train_dataloader(self):
         """Starts the actor processes, for the frames the run has left (all of them unless
         it resumed from a checkpoint), running the actors' policy at the learner's current
-        exploration scale; a resumed run's actors reseed from the frames done."""
+        exploration scale; a resumed run's actors reseed from the frames done. Learner ranks
+        other than 0 follow rank 0's batches instead."""
+        if self.trainer.world_size == 1:
+            return self._start_actors()
+        return lead_batches(self._start_actors()) if self.trainer.global_rank == 0 else follow_batches()
+
+    def receive(self, batch: TensorDictBase | Any) -> Arrivals:
+        """Stores a batch from the actors (unless a worker stored it) and says what arrived;
+        every learner rank hears rank 0's arrivals."""
+        arrivals = None
+        if self.writer is not None:
+            if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
+                self.writer.extend(batch)
+            arrivals = self.writer.arrivals()
+        if isinstance(self.sampling, RankSampling):
+            arrivals = share_arrivals(arrivals, self.sampling)
+        return arrivals
+
+    def _start_actors(self) -> ActorPool:
         if self.actors is None:
             learner = self.trainer.lightning_module
             self.actor_policy.noise_scale.copy_(learner.policy.noise_scale)

@@ -26,6 +26,7 @@ import lightning as L
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
@@ -37,6 +38,7 @@ from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.experience import Experience
+from actorq.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
 from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
@@ -98,6 +100,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     learner = build_learner(cfg.algo, spec, cfg.env.name)
     callbacks = [build(node) for node in cfg.callbacks.values()]
     logger = build(cfg.logger)
+    if launched_rank() > 0:
+        return follow(cfg, learner, callbacks, logger, resume_from)
 
     quant = build(cfg.quant)
     if checkpoint is not None:
@@ -119,7 +123,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
-    trainer = build(cfg.trainer, callbacks=callbacks, logger=logger)
+    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=callbacks, logger=logger)
 
     interrupted = failed = None
     try:
@@ -154,6 +158,22 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     return summary, objects
 
 
+def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str | None) -> tuple[dict, dict]:
+    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.parallel`): the same
+    learner, restored from the same checkpoint and taking part in the same checkpoints as rank
+    0, with no actors, no replay, no evaluation and no outputs of its own."""
+    experience = Experience(cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
+                            actor_policy=None, quant=None, seed=cfg.seed, library=cfg.env.get("library"))
+    checkpoints = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
+    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger)
+    try:
+        trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
+    finally:
+        experience.shutdown()
+    return {"status": "completed", "rank": trainer.global_rank, "learners": learner.learner_ranks}, \
+        {"learner": learner, "experience": experience, "trainer": trainer}
+
+
 class Interrupted(SystemExit):
     """A run stopped by SIGTERM (exit code 143) or Ctrl-C (130) after it wrote its final
     checkpoint (``ModelCheckpoint(save_on_exception=True)``) and a summary marked
@@ -181,6 +201,8 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
         "learner_steps": learner.learner_steps,
         "wall_clock_s": round(wall_clock, 2),
         "frames_per_s": round(learner.frames / wall_clock, 1) if wall_clock else None,
+        "learner_updates_per_s": round(learner.learner_steps / learner.time_learn, 1) if learner.time_learn else None,
+        "learners": learner.learner_ranks,
         "collect_fraction": round(
             learner.time_collect / max(1e-9, learner.time_collect + learner.time_learn), 3
         ),

@@ -37,6 +37,7 @@ from torch import nn
 from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
 from actorq.finite import check_finite_loss
+from actorq.parallel import ranks_in_sync
 from actorq.replay.base import Sample
 from actorq.replay.experience import Arrivals
 from actorq.resume import rng_states, set_rng_states
@@ -175,6 +176,7 @@ class OffPolicyLearner(L.LightningModule):
         self.wall_clock_before = 0.0  # seconds of training before a resume
         self._fit_started_at = None
         self._frames_at_start = 0
+        self.learner_ranks: dict | None = None  # set at the end of fit (see ranks_in_sync)
 
     # --- what an algorithm provides -------------------------------------------------
 
@@ -219,7 +221,7 @@ class OffPolicyLearner(L.LightningModule):
 
     def feed_priorities(self, sample: Sample, td_error: torch.Tensor) -> None:
         """Sends ``|td_error|`` back to the replay (a no-op for uniform replay)."""
-        self.experience.replay.update_priorities(sample.indices, td_error.detach().abs().cpu())
+        self.experience.sampling.update_priorities(sample.indices, td_error.detach().abs().cpu())
 
     # --- the shared loop ------------------------------------------------------------
 
@@ -254,10 +256,7 @@ class OffPolicyLearner(L.LightningModule):
             self._started_at, self._frames_at_start = started, self.frames
         if self._batch_ready_at is not None:
             self.time_collect += started - self._batch_ready_at
-        writer = self.experience.writer
-        if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
-            writer.extend(batch)
-        arrivals = writer.arrivals()
+        arrivals = self.experience.receive(batch)
         self.frames += arrivals.frames
         metrics = self._learn(arrivals.frames)
         self.time_learn += time.perf_counter() - started
@@ -266,7 +265,7 @@ class OffPolicyLearner(L.LightningModule):
 
     def _learn(self, new_frames: int) -> dict[str, torch.Tensor]:
         """Runs the updates this batch pays for; returns each term's mean over them."""
-        replay = self.experience.replay
+        replay = self.experience.sampling
         if self.frames < self.learning_starts or len(replay) < self.batch_size:
             return {}
         self._update_debt += new_frames * self.update_to_data
@@ -329,6 +328,12 @@ class OffPolicyLearner(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self._fit_started_at = time.perf_counter()
+
+    def on_train_end(self) -> None:
+        if self.trainer.world_size > 1:  # every rank took part in every update: say so
+            self.learner_ranks = ranks_in_sync([self], self.learner_steps)
+        else:
+            self.learner_ranks = {"ranks": 1, "learner_steps": [self.learner_steps], "max_weight_difference": None}
 
     @property
     def wall_clock(self) -> float:
