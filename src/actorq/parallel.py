@@ -21,11 +21,14 @@ the TD errors). Lightning launches the other ranks by running the same command a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from tensordict import TensorDict
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -56,6 +59,10 @@ class RankSampling:
     On rank 0 it wraps the replay: :meth:`sample` draws the whole batch and scatters the
     shares; on the other ranks ``replay`` is ``None`` and :meth:`sample` receives a share.
     ``len()`` is the replay's size as of the last :func:`share_arrivals`.
+
+    A share crosses as one flat byte tensor (one ``scatter``); its layout (the fields' names,
+    dtypes and shapes, which stay the same all run) crosses once. Pickled objects would cost
+    ~17x more per update here (4.7 ms against 0.27 ms for a share of 128 Pendulum transitions).
     """
 
     def __init__(self, replay: ReplayBuffer | None, rank: int, world_size: int):
@@ -63,32 +70,78 @@ class RankSampling:
         self.rank = rank
         self.world_size = world_size
         self.size = 0
-        self._prioritized = False
+        self._layout: Layout | None = None
+        self._whole_indices: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.replay) if self.replay is not None else self.size
 
     def sample(self, batch_size: int) -> Sample:
         """This rank's share of a batch of ``batch_size`` drawn on rank 0."""
-        shares: list[Any] | None = None
+        buffers, layout = None, None
         if self.rank == 0:
             whole = self.replay.sample(batch_size)
+            self._whole_indices = whole.indices
             prioritized = type(self.replay).update_priorities is not ReplayBuffer.update_priorities
-            shares = [(share, prioritized) for share in split(whole, self.world_size)]
-        received: list[Any] = [None]
-        dist.scatter_object_list(received, shares, src=0)
-        share, self._prioritized = received[0]
-        return share
+            packed = [pack(share, prioritized) for share in split(whole, self.world_size)]
+            buffers = [buffer.to(collective_device()) for _, buffer in packed]
+            layout = packed[0][0]
+        if self._layout is None:  # the first sample: every rank learns the layout
+            message = [layout]
+            dist.broadcast_object_list(message, src=0)
+            self._layout = message[0]
+        received = torch.empty(self._layout.nbytes, dtype=torch.uint8, device=collective_device())
+        dist.scatter(received, buffers, src=0)
+        return unpack(self._layout, received)
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Sends this rank's TD errors to rank 0, which updates the whole batch's priorities
         (nothing crosses for a uniform replay)."""
-        if not self._prioritized:
+        if not self._layout.prioritized:
             return
-        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object((indices, priorities), gathered, dst=0)
+        share = priorities.detach().reshape(-1).to(collective_device(), torch.float32)
+        gathered = [torch.empty_like(share) for _ in range(self.world_size)] if self.rank == 0 else None
+        dist.gather(share, gathered, dst=0)
         if self.rank == 0:
-            self.replay.update_priorities(torch.cat([i for i, _ in gathered]), torch.cat([p for _, p in gathered]))
+            self.replay.update_priorities(self._whole_indices, torch.cat(gathered).cpu())
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a :class:`~actorq.replay.base.Sample` lies in a flat byte tensor: ``fields`` are
+    ``(key, dtype, shape)`` in order, keys ``("indices",)``, ``("weights",)`` or
+    ``("batch", *nested_key)``; ``prioritized`` says whether TD errors go back to rank 0."""
+
+    fields: tuple[tuple[tuple[str, ...], torch.dtype, tuple[int, ...]], ...]
+    prioritized: bool
+
+    @property
+    def nbytes(self) -> int:
+        return sum(math.prod(shape) * dtype.itemsize for _, dtype, shape in self.fields)
+
+
+def pack(sample: Sample, prioritized: bool) -> tuple[Layout, torch.Tensor]:
+    """``sample`` as one flat byte tensor, and its layout."""
+    tensors = {("indices",): sample.indices, ("weights",): sample.weights}
+    for key, tensor in sample.batch.items(include_nested=True, leaves_only=True):
+        tensors[("batch", *(key if isinstance(key, tuple) else (key,)))] = tensor
+    layout = Layout(tuple((key, t.dtype, tuple(t.shape)) for key, t in tensors.items()), prioritized)
+    return layout, torch.cat([t.contiguous().reshape(-1).view(torch.uint8) for t in tensors.values()])
+
+
+def unpack(layout: Layout, buffer: torch.Tensor) -> Sample:
+    """The :class:`~actorq.replay.base.Sample` that :func:`pack` flattened into ``buffer``."""
+    tensors, offset = {}, 0
+    for key, dtype, shape in layout.fields:
+        size = math.prod(shape) * dtype.itemsize
+        tensors[key] = buffer[offset:offset + size].clone().view(dtype).reshape(shape)  # clone: aligned
+        offset += size
+    indices = tensors.pop(("indices",))
+    batch = TensorDict({}, batch_size=indices.shape[:1])
+    for key, tensor in tensors.items():
+        if key[0] == "batch":
+            batch.set(key[1:], tensor)
+    return Sample(batch=batch, indices=indices, weights=tensors[("weights",)])
 
 
 def split(sample: Sample, parts: int) -> list[Sample]:
@@ -136,19 +189,27 @@ def follow_batches() -> Iterator[AtRankZero]:
 
 
 def _announce(more: bool | None) -> bool:
-    flag = torch.tensor([int(bool(more))])
+    flag = torch.tensor([int(bool(more))], device=collective_device())
     dist.broadcast(flag, src=0)
     return bool(flag.item())
+
+
+def collective_device() -> torch.device:
+    """Where tensors must be for the process group's collectives: this rank's GPU with nccl,
+    the CPU with gloo."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def ranks_in_sync(modules: Iterable[torch.nn.Module], learner_steps: int) -> dict[str, Any]:
     """Every rank's updates and how far its weights are from rank 0's (the largest
     absolute difference over every parameter and buffer; 0.0 when DDP keeps them identical)."""
-    flat = torch.cat([t.detach().reshape(-1).float().cpu() for m in modules for t in m.state_dict().values()
+    flat = torch.cat([t.detach().reshape(-1).float().to(collective_device()) for m in modules for t in m.state_dict().values()
                       if torch.is_tensor(t) and t.is_floating_point()])
     reference = flat.clone()
     dist.broadcast(reference, src=0)
-    drift = torch.tensor([(flat - reference).abs().max().item(), float(learner_steps)])
+    drift = torch.tensor([(flat - reference).abs().max().item(), float(learner_steps)], device=flat.device)
     gathered = [torch.zeros_like(drift) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, drift)
     return {"ranks": len(gathered), "learner_steps": [int(g[1]) for g in gathered],

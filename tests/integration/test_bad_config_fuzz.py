@@ -42,12 +42,14 @@ OTHER_BAD = {
     "actors.restart_on_failure": ("maybe", "2"),
     "actors.backend": ("nope", "1", "''", "Ray"),
     "actors.sync": ("maybe", "2", "true"),  # true: the process backend has no lock-step mode
+    "trainer.devices": ("0", "-1", "1.5", "abc", "true", "auto", "[0,1]",
+                        "3"),  # 3: algo.batch_size=32 does not split over 3 learner ranks
 }
 STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["algo=nope"], ["env=nope"],
              ["replay=nope"], ["+experiment=nope"], ["quant.bits=[8"], ["=1"], ["actors.num_workers=(1"],
              ["actors.backend=ray", "actors.ray.num_cpus=-1"], ["actors.backend=ray", "actors.ray.num_cpus=nan"],
              ["actors.backend=ray", "actors.ray.num_cpus=abc"], ["actors.backend=ray", "actors.ray.address=''"],
-             ["actors.backend=ray", "actors.ray.nope=1"])
+             ["actors.backend=ray", "actors.ray.nope=1"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"])
 
 
 def all_cases() -> list[list[str]]:

@@ -55,9 +55,13 @@ def test_regime_benchmark_predicts_a_grid_and_checks_it_with_real_runs(tmp_path)
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
-def test_scaleout_benchmark_times_backends_broadcasts_and_lock_step(tmp_path):
+def test_scaleout_benchmark_times_learner_ranks_backends_broadcasts_and_lock_step(tmp_path):
     out = tmp_path / "s.json"
     tables = scaleout.main(["--quick", "--out", str(out)])
+    one, two = tables["learners"]
+    assert (one["ranks"], two["ranks"]) == (1, 2) and two["batch_per_rank"] == one["batch_per_rank"] // 2
+    assert two["steps_per_rank"] == [two["updates"]] * 2 and two["updates"] == one["updates"] > 0
+    assert two["max_weight_difference"] == 0.0 and one["updates_per_s"] > 0 and two["updates_per_s"] > 0
     assert [row["backend"] for row in tables["backend"]] == ["process", "ray"]
     assert all(row["frames_per_s"] > 0 for row in tables["backend"])
     fp32, int8 = tables["broadcast"]
@@ -66,7 +70,7 @@ def test_scaleout_benchmark_times_backends_broadcasts_and_lock_step(tmp_path):
     [lockstep] = tables["lockstep"]
     assert lockstep["workers"] == 2 and lockstep["sync_frames_per_s"] > 0 and lockstep["async_frames_per_s"] > 0
     tables_in_json = [row["table"] for row in json.loads(out.read_text())["rows"]]
-    assert tables_in_json == ["backend"] * 2 + ["broadcast"] * 2 + ["lockstep"]
+    assert tables_in_json == ["learners"] * 2 + ["backend"] * 2 + ["broadcast"] * 2 + ["lockstep"]
 
 
 def test_dispatcher_lists_benchmarks_and_rejects_unknown_names():

@@ -27,6 +27,11 @@ CASES = [
     ("+foo=1", "unknown top-level key(s) foo"),
     ("trainer.accelerator=gpu", "Trainer: No supported gpu backend found"),
     ("quant.engine=tpu", "quant.engine must be one of"),
+    ("trainer.devices=0", "trainer.devices must be a positive integer (learner ranks), got 0"),
+    ("+trainer.num_nodes=2", "trainer.num_nodes must be 1: parallel learners run on one machine"),
+    ("trainer.devices=3", "algo.batch_size=32 must split evenly over trainer.devices=3 learner ranks"),
+    # train() called from Python: Lightning would start the other ranks by running the caller again
+    ("trainer.devices=2", "trainer.devices > 1 needs the command line (python -m actorq ...)"),
 ]
 
 

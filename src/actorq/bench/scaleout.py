@@ -1,6 +1,12 @@
-"""``python -m actorq.bench scaleout``: the Ray backend against local actor processes.
+"""``python -m actorq.bench scaleout``: Ray actors against local processes, and parallel learners.
 
-Three tables from one run, on one local Ray instance started for the benchmark:
+Four tables from one run, three of them on one local Ray instance started for the benchmark:
+
+* **learners**: learner updates/s of a real run (``python -m actorq``, TD3 on Pendulum, one
+  actor process, ``--learner-frames`` frames, one update per frame) with ``trainer.devices``
+  1 and 2: the same total batch (``algo.batch_size``), split over the ranks. Measured before
+  Ray starts; each run's ``summary.json`` gives the updates/s (updates over the learner's
+  time, waiting for actors excluded) and every rank's update count and weight difference.
 
 * **backend**: frames/s the learner receives from ``--workers`` actors, as local processes
   (:class:`~actorq.actors.pool.ActorPool`) and as Ray actors
@@ -21,9 +27,14 @@ Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -40,6 +51,31 @@ TARGET_ASYNC = 3.0  # at 8 actors
 TARGET_INT8_BYTES = 0.26
 TARGET_INT8_LATENCY = 0.5
 BACKENDS = {"process": ActorPool, "ray": RayActorPool}
+
+
+def learner_rows(rank_counts: Sequence[int], frames: int, hidden: int, batch_size: int) -> list[dict]:
+    """Learner updates/s of one real TD3 run per number of learner ranks, same total batch."""
+    rows = []
+    for ranks in rank_counts:
+        with tempfile.TemporaryDirectory(prefix="actorq-learners-") as run_dir:
+            command = [sys.executable, "-m", "actorq", "+experiment=td3_pendulum", f"trainer.devices={ranks}",
+                       f"actors.total_frames={frames}", "actors.num_workers=1", "actors.init_random_frames=0",
+                       f"algo.learning_starts={frames // 4}", f"algo.batch_size={batch_size}",
+                       f"algo.actor_hidden=[{hidden},{hidden}]", f"algo.critic_hidden=[{hidden},{hidden}]",
+                       f"eval.every_frames={frames}", "eval.episodes=1", "callbacks=no_checkpoint",
+                       "~callbacks.carbon", "trainer.enable_progress_bar=false", f"run_dir={run_dir}"]
+            run = subprocess.run(command, capture_output=True, text=True)
+            if run.returncode != 0:
+                raise RuntimeError(f"the {ranks}-rank learner run failed ({run.returncode}): {run.stderr[-2000:]}")
+            summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        learners = summary["learners"]
+        rows.append({"ranks": ranks, "batch_per_rank": batch_size // ranks, "hidden": f"{hidden}x2",
+                     "updates": summary["learner_steps"], "updates_per_s": summary["learner_updates_per_s"],
+                     "steps_per_rank": learners["learner_steps"],
+                     "max_weight_difference": learners["max_weight_difference"]})
+    for row in rows:
+        row["vs_1_rank"] = row["updates_per_s"] / rows[0]["updates_per_s"]
+    return rows
 
 
 def lockstep_rows(worker_counts: Sequence[int], steps_per_batch: int, batches_per_worker: int) -> list[dict]:
@@ -110,6 +146,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lockstep-workers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--lockstep-steps", type=int, default=10, help="env steps per batch, lock-step table")
     parser.add_argument("--lockstep-batches", type=int, default=60, help="batches per actor, lock-step table")
+    parser.add_argument("--learner-ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--learner-frames", type=int, default=4000, help="frames per run, learners table")
+    parser.add_argument("--learner-hidden", type=int, default=256, help="TD3 layer width, learners table")
+    parser.add_argument("--learner-batch", type=int, default=256, help="total batch, learners table")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/scaleout.json", help="JSON output ('' for none)")
     args = parser.parse_args(argv)
@@ -117,11 +157,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
         args.broadcast_width, args.pushes = 256, 2
         args.lockstep_workers, args.lockstep_batches = [2], 3
+        args.learner_frames, args.learner_hidden, args.learner_batch = 400, 16, 32
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     args = parse_args(argv)
+    learners = learner_rows(args.learner_ranks, args.learner_frames, args.learner_hidden, args.learner_batch)
     ray = import_ray()
     torch.set_num_threads(1)
     ray.init(address="local", include_dashboard=False, num_cpus=max(args.workers, 1))
@@ -140,13 +182,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
         lockstep = lockstep_rows(args.lockstep_workers, args.lockstep_steps, args.lockstep_batches)
     finally:
         ray.shutdown()
+    report(f"learner updates/s by learner ranks (TD3, Pendulum-v1, total batch {args.learner_batch})",
+           learners, None)
     report(f"actor frames/s by backend ({args.workers} workers, {args.env})", backend_rows, None)
     report("broadcast to Ray actors", broadcast, None)
     report(f"lock-step vs asynchronous Ray actors, heavy-tailed env ({FAST_S * 1e3:.0f} ms per step, "
            f"{SLOW_S * 1e3:.0f} ms with p={SLOW_P})", lockstep, None)
-    rows = {"backend": backend_rows, "broadcast": broadcast, "lockstep": lockstep}
+    rows = {"learners": learners, "backend": backend_rows, "broadcast": broadcast, "lockstep": lockstep}
     if args.out:
         write_json("scaleout", [{"table": table, **row} for table, part in rows.items() for row in part], args.out)
+    most_ranks = learners[-1]
+    print(f"learner updates/s, {most_ranks['ranks']} ranks vs 1: {most_ranks['vs_1_rank']:.2f}x")
     ray_rate = backend_rows[1]["vs_process"]
     int8 = broadcast[1]
     most = max(lockstep, key=lambda row: row["workers"])

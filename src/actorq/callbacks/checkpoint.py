@@ -17,6 +17,7 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 FRAMES = "collect/frames"  # logged by the learner at every batch
@@ -61,7 +62,8 @@ class FrameCheckpoint(ModelCheckpoint):
     @override
     def on_exception(self, trainer: L.Trainer, pl_module, exception: BaseException) -> None:
         # last.ckpt only: an interruption is not a periodic checkpoint
-        if self.save_on_exception and not self._should_skip_saving_checkpoint(trainer):
+        if self.save_on_exception and not self._should_skip_saving_checkpoint(trainer) \
+                and every_rank_stopped_here(trainer, exception):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     @override
@@ -84,3 +86,12 @@ class FrameCheckpoint(ModelCheckpoint):
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
         self.next_frames = state_dict.get("next_frames", self.next_frames)
+
+
+def every_rank_stopped_here(trainer: L.Trainer, exception: BaseException) -> bool:
+    """Whether every learner rank met ``exception`` at the same batch, so that all of them can
+    take part in Lightning's collective checkpoint. Always with one rank; with several
+    (``trainer.devices > 1``) only for SIGTERM, which Lightning hands to every rank at the same
+    batch. A failure or Ctrl-C meets the ranks wherever they are: a collective then could hang,
+    so the run keeps its periodic checkpoints instead."""
+    return trainer.world_size == 1 or isinstance(exception, SIGTERMException)
