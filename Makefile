@@ -32,7 +32,7 @@ run: install
 	$(PY) -m actorq.report $(RUN_SWEEP)
 
 test: install-dev
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 	$(PY) -m mkdocs build --strict --site-dir .site
 
 docs: install-dev

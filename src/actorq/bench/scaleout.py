@@ -15,9 +15,10 @@ Four tables from one run, three of them on one local Ray instance started for th
 * **broadcast**: one push of QuaRL's 2048x3 policy to the Ray actors, fp32 against the int8
   payload the trainer sends: bytes put in the object store and the push's latency (median
   of ``--pushes``). Targets: int8 bytes <= 0.26x fp32, latency < 0.5x.
-* **lockstep**: frames/s of 1, 4 and 8 Ray actors on a sleep-bound env whose steps take 3 ms,
-  now and then 300 ms (:mod:`actorq.bench.heavy_tail`), collected in lock-step rounds
-  (``actors.sync=true``) and asynchronously. Target: async >= 3x lock-step at 8 actors.
+* **lockstep**: frames/s of 1, 4 and 8 Ray actors, each stepping 1 or 4 envs, on a
+  sleep-bound env whose steps take 3 ms, now and then 300 ms (:mod:`actorq.bench.heavy_tail`),
+  collected in lock-step rounds (``actors.sync=true``) and asynchronously. Target: async >=
+  3x lock-step at 8 actors of one env each.
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
@@ -78,27 +79,33 @@ def learner_rows(rank_counts: Sequence[int], frames: int, hidden: int, batch_siz
     return rows
 
 
-def lockstep_rows(worker_counts: Sequence[int], steps_per_batch: int, batches_per_worker: int) -> list[dict]:
+def lockstep_rows(worker_counts: Sequence[int], envs_per_worker: Sequence[int], steps_per_batch: int,
+                  batches_per_worker: int) -> list[dict]:
     """Frames/s of Ray actors on the heavy-tailed env, lock-step (``sync``) against
-    asynchronous, at each number of actors (one alternating pair per count)."""
+    asynchronous, at each number of actors and of envs per actor (one alternating pair each).
+    An actor steps its envs one after another, so a batch of ``steps_per_batch`` steps holds
+    ``steps_per_batch * envs`` frames."""
     if HeavyTailSuite.name not in suites():
         register_suite(HeavyTailSuite)
     try:
         rows = []
-        for workers in worker_counts:
-            rates = {}
-            for sync in (True, False):
-                total = steps_per_batch * batches_per_worker * workers
-                pool = RayActorPool("heavy-tail", ZeroPolicy(), num_workers=workers, frames_per_batch=steps_per_batch,
-                                    total_frames=total, library=HeavyTailSuite.name, num_cpus=0, sync=sync)
-                try:
-                    start = time.perf_counter()
-                    frames = sum(batch.numel() for batch in pool)
-                    rates[sync] = frames / (time.perf_counter() - start)
-                finally:
-                    pool.shutdown()
-            rows.append({"workers": workers, "steps_per_batch": steps_per_batch, "sync_frames_per_s": rates[True],
-                         "async_frames_per_s": rates[False], "async_vs_sync": rates[False] / rates[True]})
+        for envs in envs_per_worker:
+            for workers in worker_counts:
+                rates = {}
+                for sync in (True, False):
+                    batch = steps_per_batch * envs
+                    pool = RayActorPool("heavy-tail", ZeroPolicy(), num_workers=workers, envs_per_worker=envs,
+                                        frames_per_batch=batch, total_frames=batch * batches_per_worker * workers,
+                                        library=HeavyTailSuite.name, num_cpus=0, sync=sync)
+                    try:
+                        start = time.perf_counter()
+                        frames = sum(batch.numel() for batch in pool)
+                        rates[sync] = frames / (time.perf_counter() - start)
+                    finally:
+                        pool.shutdown()
+                rows.append({"workers": workers, "envs_per_worker": envs, "steps_per_batch": steps_per_batch,
+                             "sync_frames_per_s": rates[True], "async_frames_per_s": rates[False],
+                             "async_vs_sync": rates[False] / rates[True]})
         return rows
     finally:
         unregister_suite(HeavyTailSuite.name)
@@ -144,6 +151,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--broadcast-width", type=int, default=2048)
     parser.add_argument("--pushes", type=int, default=10)
     parser.add_argument("--lockstep-workers", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--lockstep-envs", type=int, nargs="+", default=[1, 4], help="envs per actor, lock-step table")
     parser.add_argument("--lockstep-steps", type=int, default=10, help="env steps per batch, lock-step table")
     parser.add_argument("--lockstep-batches", type=int, default=60, help="batches per actor, lock-step table")
     parser.add_argument("--learner-ranks", type=int, nargs="+", default=[1, 2])
@@ -156,7 +164,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.quick:
         args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
         args.broadcast_width, args.pushes = 256, 2
-        args.lockstep_workers, args.lockstep_batches = [2], 3
+        args.lockstep_workers, args.lockstep_envs, args.lockstep_batches = [2], [1, 2], 3
         args.learner_frames, args.learner_hidden, args.learner_batch = 400, 16, 32
     return args
 
@@ -179,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
                          "frames_per_s": rate, "vs_process": rate / found["process"]}
                         for backend, rate in found.items()]
         broadcast = broadcast_rows(args.env, args.workers, args.broadcast_width, args.pushes)
-        lockstep = lockstep_rows(args.lockstep_workers, args.lockstep_steps, args.lockstep_batches)
+        lockstep = lockstep_rows(args.lockstep_workers, args.lockstep_envs, args.lockstep_steps, args.lockstep_batches)
     finally:
         ray.shutdown()
     report(f"learner updates/s by learner ranks (TD3, Pendulum-v1, total batch {args.learner_batch})",
@@ -195,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     print(f"learner updates/s, {most_ranks['ranks']} ranks vs 1: {most_ranks['vs_1_rank']:.2f}x")
     ray_rate = backend_rows[1]["vs_process"]
     int8 = broadcast[1]
-    most = max(lockstep, key=lambda row: row["workers"])
+    most = max((row for row in lockstep if row["envs_per_worker"] == 1), key=lambda row: row["workers"])
     for label, value, target, ok in (
         (f"async vs lock-step, {most['workers']} actors", most["async_vs_sync"], f">= {TARGET_ASYNC}x",
          most["async_vs_sync"] >= TARGET_ASYNC),
