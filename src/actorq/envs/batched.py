@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -128,14 +129,15 @@ class DMControlEnvs(RawEnvs):
 
 
 class GymnasiumEnvs(RawEnvs):
-    """``n`` gymnasium envs (``gymnasium.make``) with a 1-D Box observation and a Box or
-    Discrete action space; discrete actions are integer indices."""
+    """``n`` gymnasium envs (``gymnasium.make``, or ``make()`` for an env class of a suite's
+    own) with a 1-D Box observation and a Box or Discrete action space; discrete actions are
+    integer indices."""
 
-    def __init__(self, env_id: str, n: int):
+    def __init__(self, env_id: str, n: int, make: Callable[[], Any] | None = None):
         import gymnasium
 
         self.n = n
-        self.envs = [gymnasium.make(env_id) for _ in range(n)]
+        self.envs = [gymnasium.make(env_id) if make is None else make() for _ in range(n)]
         env = self.envs[0]
         self.obs_dim = int(env.observation_space.shape[0])
         space = env.action_space
