@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tensordict import TensorDict
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
+from tensordict import TensorDict
 
 from actorq.replay.base import ReplayBuffer, Sample
 from actorq.replay.experience import Arrivals

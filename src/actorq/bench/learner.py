@@ -30,7 +30,7 @@ from actorq.algos.td3 import TD3
 from actorq.bench._table import report
 from actorq.envs import EnvSpec
 from actorq.nstep import nstep_transitions
-from actorq.replay.experience import ExperienceWriter
+from actorq.replay.experience import Arrivals, ExperienceWriter
 from actorq.replay.uniform import UniformReplay
 
 TARGET_RATIO = 0.9
@@ -76,7 +76,12 @@ class PreparedExperience(L.LightningDataModule):
         self.batches = batches
         self.total_frames = sum(batch.numel() for batch in batches)
         self.replay = UniformReplay(100_000)
+        self.sampling = self.replay
         self.writer = ExperienceWriter(self.replay, n_step, gamma)
+
+    def receive(self, batch: TensorDict) -> Arrivals:
+        self.writer.extend(batch)
+        return self.writer.arrivals()
 
     def train_dataloader(self):
         return Batches(self.batches)
