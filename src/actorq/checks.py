@@ -133,6 +133,9 @@ def check_actor_backend(cfg: DictConfig) -> None:
     if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float))
                                  or not 0 <= num_cpus < float("inf")):
         raise ConfigError(f"actors.ray.num_cpus must be a number >= 0, got {num_cpus!r}")
+    in_flight = _select(cfg, "actors.ray.requests_in_flight")
+    if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
+        raise ConfigError(f"actors.ray.requests_in_flight must be an integer >= 1, got {in_flight!r}")
     address = _select(cfg, "actors.ray.address")
     if not isinstance(address, str) or not address:
         raise ConfigError(f"actors.ray.address must be local, auto or a cluster's address, got {address!r}")

@@ -77,35 +77,40 @@ def node_of(actor) -> str:
 
 @pytest.mark.timeout(300)
 def test_ray_actors_on_another_node_collect_take_pushed_weights_and_survive_a_kill(cluster):
-    """Two Ray actors on the second node: every frame of the budget arrives, the weights
-    pushed after the second batch reach both actors, and an actor killed later is replaced
-    by one running those weights."""
+    """Two Ray actors on the second node, two batch requests queued at each: every frame of
+    the budget arrives; the weights pushed after the second batch reach each actor exactly
+    two batches later (its requests queued before the push run first); an actor killed
+    later is replaced, once, by one running those weights, which also takes the dead
+    actor's queued requests."""
     pool = RayActorPool("count", ConstantAction(1.0), num_workers=2, frames_per_batch=50, total_frames=1000,
                         library="faults", address=cluster, resources={"actor_node": 1})
-    actions, pushed_after, killed_after = [], None, None
+    assert pool.requests_in_flight == 2
+    batches, pushed_after, killed_after = [], None, None  # (worker, action) per batch
     try:
         [actor_node] = [node["NodeID"] for node in ray.nodes() if node["Alive"] and "actor_node" in node["Resources"]]
         head = [node["NodeID"] for node in ray.nodes() if "node:__internal_head__" in node["Resources"]]
         assert head and actor_node not in head
         assert {node_of(worker) for worker in pool.workers} == {actor_node}
         for index, batch in enumerate(pool):
-            actions.append(batch["action"].unique().tolist())
+            [action] = batch["action"].unique().tolist()
+            batches.append((worker_of(batch), action))
             if index == 1:
                 pool.push(ConstantAction(7.0))  # another module: the actors get 7 only from the push
-                pushed_after = len(actions)
-            if index == 5:
+                pushed_after = len(batches)
+            old_after_push = pushed_after is not None and [a for _, a in batches[pushed_after:]].count(1.0) == 4
+            if killed_after is None and index >= 5 and old_after_push:
                 ray.kill(pool.workers[0], no_restart=True)
-                killed_after = len(actions)
+                killed_after = len(batches)
     finally:
         pool.shutdown()
     assert pool.frames == pool.collected_frames == 1000
-    assert pool.restarts == 1
-    # Requests sent before the push (one per actor) may still run the old weights.
-    assert all(action == [1.0] for action in actions[:pushed_after]), actions
-    assert all(action == [7.0] for action in actions[pushed_after + 2:]), actions
-    assert len(actions) - killed_after >= 8, actions
+    assert pool.restarts == 1 and killed_after is not None, batches
+    assert all(action == 1.0 for _, action in batches[:pushed_after]), batches
+    for worker in (0, 1):
+        after_push = [action for w, action in batches[pushed_after:] if w == worker]
+        assert after_push[:2] == [1.0, 1.0] and set(after_push[2:]) == {7.0}, batches
+    assert len(batches) - killed_after >= 8, batches
     assert pool.broadcast_bytes == ConstantAction(7.0).value.nbytes
-    assert torch.equal(torch.tensor([7.0]), torch.tensor(actions[-1]))
 
 
 def worker_of(batch) -> int:

@@ -49,7 +49,9 @@ STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["
              ["replay=nope"], ["+experiment=nope"], ["quant.bits=[8"], ["=1"], ["actors.num_workers=(1"],
              ["actors.backend=ray", "actors.ray.num_cpus=-1"], ["actors.backend=ray", "actors.ray.num_cpus=nan"],
              ["actors.backend=ray", "actors.ray.num_cpus=abc"], ["actors.backend=ray", "actors.ray.address=''"],
-             ["actors.backend=ray", "actors.ray.nope=1"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"])
+             ["actors.backend=ray", "actors.ray.nope=1"], ["actors.backend=ray", "actors.ray.requests_in_flight=0"],
+             ["actors.backend=ray", "actors.ray.requests_in_flight=1.5"],
+             ["actors.backend=ray", "actors.ray.requests_in_flight=true"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"])
 
 
 def all_cases() -> list[list[str]]:

@@ -13,7 +13,8 @@ def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, s
     Args:
         backend: ``"process"``: :class:`~actorq.actors.pool.ActorPool`, worker processes on
             this machine; ``"ray"``: :class:`~actorq.actors.ray_pool.RayActorPool`, Ray actors.
-        ray: ``address``, ``num_cpus`` and ``resources`` for the Ray backend (``actors.ray``).
+        ray: ``address``, ``num_cpus``, ``resources`` and ``requests_in_flight`` for the Ray
+            backend (``actors.ray``).
         sync: lock-step collection (Ray backend only): every actor's batch each round.
         kwargs: the pool's own arguments.
     """

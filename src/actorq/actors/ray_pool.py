@@ -1,11 +1,13 @@
 """Actors on a Ray cluster: each actor is a Ray actor running a TorchRL collector over the same
 worker env and policy as a local actor process (``actors.backend=ray``, extra ``actorq[ray]``).
 
-The learner keeps one batch request in flight per actor and takes whichever batch is ready
-first, so a slow actor never stalls the others (``sync=True``: lock-step rounds, one batch
-of every actor, each round as slow as its slowest actor). A broadcast puts the policy's parameters and
-buffers (for an int8 actor policy: the int8 payload) in Ray's object store once; every actor
-loads them from there. Ray actors may live on other machines, so they never write into the
+The learner keeps ``requests_in_flight`` batch requests queued at each actor, so an actor
+starts its next batch the moment it hands one over, and takes whichever batch is ready
+first: a slow actor never stalls the others (``sync=True``: lock-step rounds, one batch of
+every actor, each round as slow as its slowest actor). A broadcast puts the policy's
+parameters and buffers (for an int8 actor policy: the int8 payload) in Ray's object store
+once and queues a load of them at every actor, behind the batches already asked of it; the
+learner does not wait for the loads. Ray actors may live on other machines, so they never write into the
 learner's shared-memory replay: the learner stores every batch it receives.
 """
 
@@ -60,7 +62,9 @@ class RolloutWorker:
     def next_batch(self, random_actions: bool) -> TensorDictBase:
         # TorchRL's own worker loop switches random actions per batch the same way.
         self.collector.init_random_frames = float("inf") if random_actions else -1
-        return next(self.batches)
+        # One storage under every field: Ray then pickles one buffer, not a TensorDict of
+        # tensors (a 10-step batch's put and get: 1.3 ms against 5 ms).
+        return next(self.batches).consolidate()
 
     def load(self, weights: TensorDictBase) -> None:
         weights.to_module(self.policy.module)
@@ -85,6 +89,10 @@ class RayActorPool:
         sync: lock-step collection: each round waits for a batch from every actor before
             any actor is asked for its next (the slowest actor sets the pace); ``False``
             hands the learner whichever batch is ready first.
+        requests_in_flight: batch requests queued at each actor in asynchronous collection
+            (RLlib's ``max_requests_in_flight``): with 1 an actor idles for a round trip
+            between batches; with more, pushed weights reach an actor that many batches
+            later. Lock-step collection has one by definition.
 
     Attributes:
         frames, collected_frames, dropped_frames, unused_frames, restarts: as for
@@ -115,11 +123,14 @@ class RayActorPool:
         resources: dict[str, float] | None = None,
         ready_timeout_s: float = 300.0,
         sync: bool = False,
+        requests_in_flight: int = 2,
     ):
         check_pool_args(num_workers, envs_per_worker, frames_per_batch, total_frames, frames_done,
                         init_random_frames, restart_on_failure, max_restarts)
         if num_cpus < 0:
             raise ValueError(f"actors.ray.num_cpus must be >= 0, got {num_cpus}")
+        if requests_in_flight < 1:
+            raise ValueError(f"actors.ray.requests_in_flight must be >= 1, got {requests_in_flight}")
         self.ray = import_ray()
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
         self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
@@ -132,6 +143,7 @@ class RayActorPool:
         self.restart_on_failure = restart_on_failure
         self.max_restarts = max_restarts
         self.sync = sync
+        self.requests_in_flight = 1 if sync else requests_in_flight
         self.frames = frames_done
         self.collected_frames = 0
         self.dropped_frames = 0
@@ -140,6 +152,7 @@ class RayActorPool:
         self.broadcast_bytes = 0
         self._requested = frames_done  # frames asked of the actors, counting those done
         self._weights = None  # object ref of the last pushed weights, for restarts
+        self._loads: list[tuple[int, Any]] = []  # (actor, load call) of the last push
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
             local = {"include_dashboard": False} if address == "local" else {}
@@ -177,8 +190,9 @@ class RayActorPool:
         return -(-self.total_frames // self.frames_per_batch)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
-        for index in range(self.num_workers):
-            self._request(index)
+        for _ in range(self.requests_in_flight):
+            for index in range(self.num_workers):
+                self._request(index)
         while self._pending:
             if self.sync:  # lock-step: the whole round arrives before any actor is asked again
                 round_ = list(self._pending.items())
@@ -211,11 +225,21 @@ class RayActorPool:
                 batch = self.ray.get(request)
                 break
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as error:
-                self._recover(index, error)
-                request = self.workers[index].next_batch.remote(random_actions)
+                request = self._replace(index, error, random_actions)
         self.collected_frames += batch.numel()
         self.frames += batch.numel()
         return batch
+
+    def _replace(self, index: int, error: Exception, random_actions: bool):
+        """Restarts failed actor ``index`` (:meth:`_recover`) and asks the new one for the
+        failed request's batch, then for the batches still queued at the dead one, in order."""
+        queued = [asked for asked in self._pending.values() if asked[0] == index]
+        self._pending = {request: asked for request, asked in self._pending.items() if asked[0] != index}
+        self._recover(index, error)
+        request = self.workers[index].next_batch.remote(random_actions)
+        for asked in queued:
+            self._pending[self.workers[index].next_batch.remote(asked[1])] = asked
+        return request
 
     def _recover(self, index: int, error: Exception) -> None:
         """Replaces a failed actor with a fresh one running the last pushed weights, or
@@ -233,20 +257,26 @@ class RayActorPool:
         self.workers[index] = self._start(index)
 
     def push(self, policy: nn.Module) -> None:
-        """Puts ``policy``'s parameters and buffers in the object store once and loads them
-        into every actor; returns once every live actor has them. A dead actor does not hang
-        it: the iteration restarts that actor with these weights."""
+        """Puts ``policy``'s parameters and buffers in the object store once and queues a load
+        of them at every actor, behind the batches already asked of it; returns without waiting
+        for the loads, once the previous push's have run (:meth:`wait_for_loads`)."""
+        self.wait_for_loads()
         weights = TensorDict.from_module(policy).clone()
         self.broadcast_bytes = sum(tensor.nbytes for tensor in weights.values(True, True))
         self._weights = self.ray.put(weights)
-        loads = [worker.load.remote(self._weights) for worker in self.workers]
-        for index, load in enumerate(loads):
+        self._loads = [(index, worker.load.remote(self._weights)) for index, worker in enumerate(self.workers)]
+
+    def wait_for_loads(self) -> None:
+        """Returns once every live actor has loaded the last pushed weights. A dead actor does
+        not hang it: the iteration restarts that actor with these weights (or, without
+        restarts left, this raises :class:`ActorWorkerError`)."""
+        loads, self._loads = self._loads, []
+        for index, load in loads:
             try:
                 self.ray.get(load)
             except self.ray.exceptions.RayActorError as error:
                 if not self.restart_on_failure or self.restarts >= self.max_restarts:
                     raise ActorWorkerError(index, _cause(error)) from None
-                # the iteration finds the dead actor and restarts it with these weights
 
     def shutdown(self) -> None:
         """Stops the actors (and the Ray instance the pool started); safe to call twice."""
@@ -255,6 +285,7 @@ class RayActorPool:
         for request in self._pending:
             self.ray.cancel(request, force=True)
         self._pending.clear()
+        self._loads = []
         for worker in self.workers:
             self.ray.kill(worker, no_restart=True)
         self.workers = []

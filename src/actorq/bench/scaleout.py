@@ -17,8 +17,9 @@ Four tables from one run, three of them on one local Ray instance started for th
   of ``--pushes``). Targets: int8 bytes <= 0.26x fp32, latency < 0.5x.
 * **lockstep**: frames/s of 1, 4 and 8 Ray actors, each stepping 1 or 4 envs, on a
   sleep-bound env whose steps take 3 ms, now and then 300 ms (:mod:`actorq.bench.heavy_tail`),
-  collected in lock-step rounds (``actors.sync=true``) and asynchronously. Target: async >=
-  3x lock-step at 8 actors of one env each.
+  collected in lock-step rounds (``actors.sync=true``) and asynchronously, with one and with
+  two (the default) batch requests queued at each actor. Target: async >= 3x lock-step at 8
+  actors of one env each.
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
@@ -52,6 +53,8 @@ TARGET_ASYNC = 3.0  # at 8 actors
 TARGET_INT8_BYTES = 0.26
 TARGET_INT8_LATENCY = 0.5
 BACKENDS = {"process": ActorPool, "ray": RayActorPool}
+LOCKSTEP_SCHEMES = {"sync": {"sync": True}, "async_1_in_flight": {"requests_in_flight": 1},
+                    "async": {"requests_in_flight": 2}}
 
 
 def learner_rows(rank_counts: Sequence[int], frames: int, hidden: int, batch_size: int) -> list[dict]:
@@ -82,7 +85,8 @@ def learner_rows(rank_counts: Sequence[int], frames: int, hidden: int, batch_siz
 def lockstep_rows(worker_counts: Sequence[int], envs_per_worker: Sequence[int], steps_per_batch: int,
                   batches_per_worker: int) -> list[dict]:
     """Frames/s of Ray actors on the heavy-tailed env, lock-step (``sync``) against
-    asynchronous, at each number of actors and of envs per actor (one alternating pair each).
+    asynchronous with one and with two requests in flight per actor, at each number of
+    actors and of envs per actor (one run of each scheme, one after another).
     An actor steps its envs one after another, so a batch of ``steps_per_batch`` steps holds
     ``steps_per_batch * envs`` frames."""
     if HeavyTailSuite.name not in suites():
@@ -92,31 +96,33 @@ def lockstep_rows(worker_counts: Sequence[int], envs_per_worker: Sequence[int], 
         for envs in envs_per_worker:
             for workers in worker_counts:
                 rates = {}
-                for sync in (True, False):
+                for scheme, options in LOCKSTEP_SCHEMES.items():
                     batch = steps_per_batch * envs
                     pool = RayActorPool("heavy-tail", ZeroPolicy(), num_workers=workers, envs_per_worker=envs,
                                         frames_per_batch=batch, total_frames=batch * batches_per_worker * workers,
-                                        library=HeavyTailSuite.name, num_cpus=0, sync=sync)
+                                        library=HeavyTailSuite.name, num_cpus=0, **options)
                     try:
                         start = time.perf_counter()
                         frames = sum(batch.numel() for batch in pool)
-                        rates[sync] = frames / (time.perf_counter() - start)
+                        rates[scheme] = frames / (time.perf_counter() - start)
                     finally:
                         pool.shutdown()
                 rows.append({"workers": workers, "envs_per_worker": envs, "steps_per_batch": steps_per_batch,
-                             "sync_frames_per_s": rates[True], "async_frames_per_s": rates[False],
-                             "async_vs_sync": rates[False] / rates[True]})
+                             **{f"{scheme}_frames_per_s": rate for scheme, rate in rates.items()},
+                             "async_vs_sync": rates["async"] / rates["sync"]})
         return rows
     finally:
         unregister_suite(HeavyTailSuite.name)
 
 
 def push_latency_ms(pool: RayActorPool, policy, pushes: int) -> float:
-    """Median ms of ``pool.push(policy)`` (object store put and every actor's load)."""
+    """Median ms of ``pool.push(policy)`` until every actor has loaded the weights (object
+    store put and every actor's load)."""
     times = []
     for _ in range(pushes):
         start = time.perf_counter()
         pool.push(policy)
+        pool.wait_for_loads()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
@@ -153,7 +159,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lockstep-workers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--lockstep-envs", type=int, nargs="+", default=[1, 4], help="envs per actor, lock-step table")
     parser.add_argument("--lockstep-steps", type=int, default=10, help="env steps per batch, lock-step table")
-    parser.add_argument("--lockstep-batches", type=int, default=60, help="batches per actor, lock-step table")
+    parser.add_argument("--lockstep-batches", type=int, default=100, help="batches per actor, lock-step table")
     parser.add_argument("--learner-ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--learner-frames", type=int, default=4000, help="frames per run, learners table")
     parser.add_argument("--learner-hidden", type=int, default=256, help="TD3 layer width, learners table")
