@@ -2,8 +2,10 @@
 
 ``"heavy-tail"`` (suite ``heavy_tail``) takes :data:`FAST_S` per step, and :data:`SLOW_S`
 with probability :data:`SLOW_P` (seeded): the shape of envs whose steps now and then stall
-(a physics solver that struggles, a simulator behind a network). Its steps sleep, so many
-actors of it fit on a 2-core machine and the rates measure the collection scheme alone.
+(a physics solver that struggles, a simulator behind a network). ``"heavy-tail-F-S"`` takes
+F ms per step and S ms now and then (:func:`heavy_tail_name`). Its steps sleep, so many
+actors of it fit on a few cores, as long as the collector's own work per step (a fraction of
+a millisecond of CPU) stays small beside the sleep.
 
 Actor workers are separate processes with their own suite registry: this module registers
 its suite at import time, and :class:`ZeroPolicy` lives here too, so unpickling the policy in
@@ -12,7 +14,10 @@ a worker imports the module, which registers the suite there before the worker b
 
 from __future__ import annotations
 
+import re
 import time
+
+from functools import partial
 
 import gymnasium
 import numpy as np
@@ -26,12 +31,29 @@ from actorq.envs.batched import GymnasiumEnvs
 
 FAST_S, SLOW_S, SLOW_P = 0.003, 0.300, 0.01
 EPISODE = 100
+_NAME = re.compile(r"heavy-tail(?:-(\d+)-(\d+))?")
+
+
+def heavy_tail_name(fast_ms: int, slow_ms: int) -> str:
+    """The env name of steps of ``fast_ms``, and ``slow_ms`` with probability :data:`SLOW_P`."""
+    return f"heavy-tail-{fast_ms}-{slow_ms}"
+
+
+def step_times(env_name: str) -> tuple[float, float]:
+    """(usual, slow) seconds per step of a heavy-tail env name."""
+    match = _NAME.fullmatch(env_name)
+    if match is None:
+        raise ValueError(f"not a heavy-tail env name: {env_name!r}")
+    if match.group(1) is None:
+        return FAST_S, SLOW_S
+    return int(match.group(1)) / 1e3, int(match.group(2)) / 1e3
 
 
 class HeavyTail(gymnasium.Env):
     """Observation ``[t]`` (float32), reward 0, truncated every :data:`EPISODE` steps."""
 
-    def __init__(self):
+    def __init__(self, fast_s: float = FAST_S, slow_s: float = SLOW_S):
+        self.fast_s, self.slow_s = fast_s, slow_s
         self.observation_space = gymnasium.spaces.Box(-1e9, 1e9, shape=(1,), dtype=np.float32)
         self.action_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         self.rng = np.random.default_rng()
@@ -45,7 +67,7 @@ class HeavyTail(gymnasium.Env):
         return np.array([0.0], dtype=np.float32), {}
 
     def step(self, action):
-        time.sleep(SLOW_S if self.rng.random() < SLOW_P else FAST_S)
+        time.sleep(self.slow_s if self.rng.random() < SLOW_P else self.fast_s)
         self.t += 1
         return np.array([self.t], dtype=np.float32), 0.0, False, self.t >= EPISODE, {}
 
@@ -56,8 +78,11 @@ class HeavyTailSuite(EnvSuite):
     def names(self):
         return ["heavy-tail"]
 
+    def knows(self, env_name):
+        return _NAME.fullmatch(env_name) is not None
+
     def make(self, env_name, seed):
-        env = TransformedEnv(GymWrapper(HeavyTail()), Compose(RewardSum()))
+        env = TransformedEnv(GymWrapper(HeavyTail(*step_times(env_name))), Compose(RewardSum()))
         if seed is not None:
             env.set_seed(seed)
         return env
@@ -65,7 +90,7 @@ class HeavyTailSuite(EnvSuite):
     def make_raw(self, env_name, num_envs):
         # The lean path, as actors run real envs: the benchmark then times the collection
         # scheme, not TorchRL's per-step transforms in 8 processes on a few cores.
-        return GymnasiumEnvs(env_name, num_envs, make=HeavyTail)
+        return GymnasiumEnvs(env_name, num_envs, make=partial(HeavyTail, *step_times(env_name)))
 
 
 if HeavyTailSuite.name not in suites():  # workers import this module when they unpickle the policy
