@@ -7,8 +7,8 @@ first: a slow actor never stalls the others (``sync=True``: lock-step rounds, on
 every actor, each round as slow as its slowest actor). A broadcast puts the policy's
 parameters and buffers (for an int8 actor policy: the int8 payload) in Ray's object store
 once and queues a load of them at every actor, behind the batches already asked of it; the
-learner does not wait for the loads. Ray actors may live on other machines, so they never write into the
-learner's shared-memory replay: the learner stores every batch it receives.
+learner does not wait for the loads. Ray actors may live on other machines, so they never
+write into the learner's shared-memory replay: the learner stores every batch it receives.
 """
 
 from __future__ import annotations
@@ -233,12 +233,12 @@ class RayActorPool:
     def _replace(self, index: int, error: Exception, random_actions: bool):
         """Restarts failed actor ``index`` (:meth:`_recover`) and asks the new one for the
         failed request's batch, then for the batches still queued at the dead one, in order."""
-        queued = [asked for asked in self._pending.values() if asked[0] == index]
+        queued = [random for actor, random in self._pending.values() if actor == index]
         self._pending = {request: asked for request, asked in self._pending.items() if asked[0] != index}
         self._recover(index, error)
         request = self.workers[index].next_batch.remote(random_actions)
-        for asked in queued:
-            self._pending[self.workers[index].next_batch.remote(asked[1])] = asked
+        for random in queued:
+            self._pending[self.workers[index].next_batch.remote(random)] = (index, random)
         return request
 
     def _recover(self, index: int, error: Exception) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import time
-
 from functools import partial
 
 import gymnasium
