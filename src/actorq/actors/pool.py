@@ -518,6 +518,10 @@ class ActorPool:
         if not process._closed and process.is_alive():  # its env raised; it cannot answer "close"
             process.kill()
         restart = self.restart_on_failure and self.restarts < self.max_restarts
+        if restart:  # said now: taking the others' batches and stopping the old workers takes seconds
+            log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
+                        "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
+                        self.restarts + 1, self.max_restarts)
         saved = [failure.batch] if failure.batch is not None else []
         if restart and self.writer is None:  # a worker writing itself stored its batches already
             saved += old.drain(failure)
@@ -538,9 +542,6 @@ class ActorPool:
         else:
             remaining = self.total_frames - self.frames - sum(batch.numel() for batch in saved)
         self.restarts += 1
-        log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
-                    "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
-                    self.restarts, self.max_restarts)
         try:
             self._start(max(remaining, self.frames_per_batch))
         except _WorkerFailed as again:  # a fresh worker died before it took the weights
