@@ -33,6 +33,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from actorq.envs import make_env
+from actorq.envs.batched import make_batched_env
 from actorq.errors import ConfigError
 from actorq.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
 from actorq.replay.base import ReplayBuffer
@@ -109,6 +110,13 @@ class Experience(L.LightningDataModule):
     def make_env(self, seed: int | None = None):
         """A fresh environment of this run (for evaluation, templates, calibration)."""
         return make_env(self.env_name, seed=self.seed if seed is None else seed, library=self.library)
+
+    def make_eval_env(self, episodes: int, seed: int):
+        """The environment an evaluation of ``episodes`` episodes plays: a lean batch of
+        ``episodes`` envs, stepped together (:func:`actorq.envs.rollout_return`), where the
+        suite has one, else one env that plays them in turn."""
+        batched = make_batched_env(self.env_name, episodes, seed=seed, library=self.library)
+        return batched if batched is not None else self.make_env(seed)
 
     def setup(self, stage: str) -> None:
         if self.sampling is not None:

@@ -1,5 +1,6 @@
 """Each callback on a tiny learner driven by a real Lightning Trainer over real actors."""
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -60,12 +61,20 @@ def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):
     assert len(checkpoint["lr_schedulers"]) == 1  # dqn decays its learning rate
 
 
-def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes():
+@pytest.mark.parametrize("batched", [True, False], ids=["a batch of envs", "one env"])
+def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes(batched):
     """A quantized copy that acts exactly as the fp32 policy scores exactly its return; later
-    evaluations see other episodes."""
+    evaluations see other episodes. Evaluations play their episodes side by side in a lean
+    batch of envs where the suite has one, else one after the other in one env."""
     from types import SimpleNamespace
 
     from actorq.envs import make_env
+    from actorq.envs.batched import make_batched_env
+
+    def make_eval_env(episodes, seed):
+        if batched:
+            return make_batched_env("CartPole-v1", episodes, seed=seed, library="gymnasium")
+        return make_env("CartPole-v1", seed=seed, library="gymnasium")
 
     def lean_towards_the_pole(observation):  # returns of a few dozen, varying with the start state
         return (observation[..., 2] > 0).long()
@@ -77,7 +86,7 @@ def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes():
 
     experience = SimpleNamespace(
         seed=0, quant=SimpleNamespace(bits=8), actor_policy=SimpleNamespace(network=SameActions()),
-        make_env=lambda seed: make_env("CartPole-v1", seed=seed, library="gymnasium"),
+        make_eval_env=make_eval_env,
     )
     learner = SimpleNamespace(act=lean_towards_the_pole, frames=0, spec=SimpleNamespace(discrete=True))
     evaluation = Evaluation(every_frames=10, episodes=5)
@@ -87,11 +96,10 @@ def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes():
         evaluation.evaluate(trainer, learner)
     assert evaluation.history_quant == evaluation.history
     assert len({mean for _, mean in evaluation.history}) == 3, evaluation.history
+    assert tuple(evaluation._env.batch_size) == ((5,) if batched else ())
 
 
 def test_evaluation_validates_arguments():
-    import pytest
-
     with pytest.raises(ValueError, match="positive"):
         Evaluation(every_frames=0)
     with pytest.raises(ValueError, match="eval.episodes must be positive"):

@@ -45,12 +45,12 @@ def test_dqn_solves_cartpole_within_50k_frames(learning_run):
     assert solved_evaluations(summary), summary["eval_history"]
 
 
-@pytest.mark.parametrize(("experiment", "bar", "max_frames"),
-                         [("td3_pendulum", -200.0, 20_000), ("ddpg_pendulum", -250.0, 20_000)])
-def test_reaches_the_reference_return(learning_run, experiment, bar, max_frames):
-    summary = learning_run(experiment)
-    assert summary["frames"] <= max_frames + 256
-    assert summary["final_return"] >= bar, summary["eval_history"]
+def test_ddpg_reaches_the_reference_return(learning_run):
+    """TD3's bar is gated by the int8-actor run below: its ``final_return`` is the learner's
+    fp32 policy's, so a separate fp32-actor TD3 run (~2 min of CI) would gate the same bar."""
+    summary = learning_run("ddpg_pendulum")
+    assert summary["frames"] <= 20_000 + 256
+    assert summary["final_return"] >= -250.0, summary["eval_history"]
 
 
 def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
@@ -85,6 +85,7 @@ def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
     ``quant.bits=8`` sweep: -180.8 vs -180.8, -138.2 vs -138.5, -159.7 vs -159.8)."""
     int8 = learning_run("td3_pendulum", "quant.bits=8")
     assert int8["actor_precision"].startswith("int8")
+    assert int8["frames"] <= 20_000 + 256
     assert int8["final_return"] >= -200.0, int8["eval_history"]
     assert int8["final_return_quant"] >= int8["final_return"] - 0.05 * abs(int8["final_return"]), (
         int8["eval_history"], int8["eval_history_quant"])

@@ -12,16 +12,21 @@ from actorq.train import train
 pytestmark = pytest.mark.slow
 
 
-def test_d4pg_balances_the_cartpole_within_100k_frames(make_cfg):
+def test_d4pg_balances_the_cartpole_within_70k_frames(make_cfg):
+    """70k frames, not the experiment's 100k (a minute and a half less of CI). Two 100k runs
+    (seeds 0 and 1) were at 993 and 995 at 60k frames and stayed above 990 to the end (an
+    earlier run was at 998 at 50k); seed 0, this test's, was at 542 at 40k and 816 at 50k, so
+    the budget keeps a margin of two evaluations."""
     cfg = make_cfg(
         "+experiment=d4pg_cartpole",
         "algo.actor_hidden=[64,64]",
         "algo.critic_hidden=[128,128]",
         "eval.episodes=3",
         "callbacks=no_checkpoint",
+        "actors.total_frames=70000",
     )
     summary, _ = train(cfg)
-    assert summary["frames"] <= 100_000 + cfg.actors.frames_per_batch
+    assert summary["frames"] <= 70_000 + cfg.actors.frames_per_batch
     assert summary["final_return"] >= 800, summary["eval_history"]
 
 

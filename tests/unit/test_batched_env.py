@@ -7,7 +7,7 @@ import torch
 from torchrl._utils import seed_generator
 from torchrl.envs.utils import check_env_specs
 
-from actorq.envs import make_env
+from actorq.envs import make_env, rollout_return
 from actorq.envs.batched import LeanBatchedEnv, make_batched_env
 
 KEYS = ["observation", "episode_reward", ("next", "observation"), ("next", "reward"),
@@ -110,3 +110,24 @@ def test_envs_of_one_worker_get_distinct_seeds():
     env = make_batched_env("cheetah-run", 3, seed=0)
     first = env.reset()["observation"]
     assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1", "cartpole-balance"])
+def test_a_batch_plays_the_episodes_the_single_envs_play(name):
+    """Evaluation's batched episodes: env ``i`` of a batch seeded ``s`` scores what one env
+    seeded with the ``i``-th seed of the chain scores in its first episode, also when the
+    episodes end at different steps (CartPole's, leaning towards the pole)."""
+    lean = make_batched_env(name, 4, seed=3)
+
+    def act(observation):
+        if lean.full_action_spec["action"].domain == "discrete":
+            return (observation[..., 2] > 0).long()
+        return torch.tanh(observation[..., :1])
+
+    batched = rollout_return(lean, act, 4)
+    singles = [rollout_return(make_env(name, seed=s), act, 1)[0] for s in _seed_chain(3, 4)]
+    assert batched == pytest.approx(singles, rel=1e-5)
+    if name == "CartPole-v1":
+        assert len(set(batched)) == 4, batched  # episodes of different lengths
+    with pytest.raises(ValueError, match="5 episodes need batch_size \\[5\\], got \\[4\\]"):
+        rollout_return(lean, act, 5)

@@ -86,7 +86,7 @@ class Evaluation(Callback):
         experience = trainer.datamodule
         seed = experience.seed + self.seed_offset + len(self.history)
         if self._env is None:
-            self._env = experience.make_env(seed=seed)
+            self._env = experience.make_eval_env(self.episodes, seed)
         self._env.set_seed(seed)
         returns = rollout_return(self._env, pl_module.act, self.episodes)
         mean = statistics.fmean(returns)

@@ -64,12 +64,21 @@ class EnvSpec:
 def rollout_return(env: EnvBase, act, episodes: int, max_steps: int = 100_000) -> list[float]:
     """Runs ``episodes`` full episodes with ``act(observation) -> action`` and returns their returns.
 
+    A batched env (``batch_size=[episodes]``, e.g. :func:`actorq.envs.make_batched_env`) plays
+    one episode in each of its envs, all stepped together with one ``act`` call per step; an
+    unbatched env plays them one after the other.
+
     Args:
-        env: an environment made by :func:`actorq.envs.make_env`.
+        env: an environment made by :func:`actorq.envs.make_env` or a batch of ``episodes``.
         act: maps a batch of observations ``[B, obs_dim]`` to a batch of actions.
         episodes: how many episodes to run.
         max_steps: safety cap on the length of one episode.
     """
+    if env.batch_size:
+        if tuple(env.batch_size) != (episodes,):
+            raise ValueError(f"a batched env plays one episode per env: {episodes} episodes "
+                             f"need batch_size [{episodes}], got {list(env.batch_size)}")
+        return _batched_returns(env, act, max_steps)
     returns = []
     with torch.no_grad():
         for _ in range(episodes):
@@ -84,6 +93,24 @@ def rollout_return(env: EnvBase, act, episodes: int, max_steps: int = 100_000) -
                 td = td["next"]
             returns.append(total)
     return returns
+
+
+def _batched_returns(env: EnvBase, act, max_steps: int) -> list[float]:
+    """The first episode's return in each env of a batch (envs that end early are reset and
+    step on, unread, until the last one ends)."""
+    n = env.batch_size[0]
+    returns = torch.zeros(n, dtype=torch.float64)
+    running = torch.ones(n, dtype=torch.bool)
+    with torch.no_grad():
+        td = env.reset()
+        for _ in range(max_steps):
+            td["action"] = act(td[OBSERVATION])
+            step, td = env.step_and_maybe_reset(td)
+            returns += step["next", "reward"].reshape(n).double() * running
+            running &= ~step["next", "done"].reshape(n)
+            if not running.any():
+                break
+    return returns.tolist()
 
 
 def random_observations(env: EnvBase, count: int) -> torch.Tensor:
