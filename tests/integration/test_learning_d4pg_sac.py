@@ -33,8 +33,13 @@ def test_d4pg_balances_the_cartpole_within_70k_frames(make_cfg):
 def test_sac_swings_up_the_pendulum_within_8k_frames(make_cfg):
     """Pendulum evaluations swing by 100+ between neighbouring evaluations of one run (a clean
     run measured -126, -132, -274 at 4k, 6k, 8k frames), so the bar is the best evaluation,
-    and the last one must still be far above a random policy's -1200."""
-    cfg = make_cfg("+experiment=sac_pendulum", "actors.total_frames=8000", "callbacks=no_checkpoint")
+    and the last one must still be far above a random policy's -1200.
+
+    64x64 networks, not the experiment's 256x256: half the time (74-77 s vs ~150 s here), and
+    seeds 0, 1, 2 had best -96, -95, -103 and last -96, -104, -153 (every run under -200 by
+    the 4k or 6k evaluation)."""
+    cfg = make_cfg("+experiment=sac_pendulum", "actors.total_frames=8000", "callbacks=no_checkpoint",
+                   "algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]")
     summary, _ = train(cfg)
     assert summary["best_return"] >= -200, summary["eval_history"]
     assert summary["final_return"] >= -400, summary["eval_history"]
