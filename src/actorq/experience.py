@@ -108,7 +108,8 @@ class Experience(L.LightningDataModule):
         self._replay_state: dict | None = None
 
     def make_env(self, seed: int | None = None):
-        """A fresh environment of this run (for evaluation, templates, calibration)."""
+        """A fresh environment of this run (for templates, calibration, and evaluation where the
+        suite has no lean batch: :meth:`make_eval_env`)."""
         return make_env(self.env_name, seed=self.seed if seed is None else seed, library=self.library)
 
     def make_eval_env(self, episodes: int, seed: int):
