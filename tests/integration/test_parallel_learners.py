@@ -36,20 +36,16 @@ def test_two_learner_ranks_stay_identical_and_only_rank_zero_writes(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     children: dict[int, tuple[psutil.Process, str]] = {}  # rank 1 and the actor processes
     deadline = time.monotonic() + 300  # a collective the ranks do not both reach hangs: fail instead
+    stdout = stderr = None
     try:
-        while process.poll() is None and time.monotonic() < deadline:
-            for child in psutil.Process(process.pid).children(recursive=True):
-                if child.pid not in children:
-                    try:
-                        children[child.pid] = (child, " ".join(child.cmdline()))
-                    except psutil.NoSuchProcess:
-                        pass
-            try:
+        while stdout is None and time.monotonic() < deadline:
+            record_children(process, children)
+            try:  # also what reads the output of a run that has just ended
                 stdout, stderr = process.communicate(timeout=1)
             except subprocess.TimeoutExpired:
-                continue
+                pass
     finally:
-        if process.poll() is None:
+        if stdout is None:  # past the deadline, or the test itself broke: leave nothing running
             for child, _ in children.values():
                 if child.is_running():
                     child.kill()
@@ -80,6 +76,20 @@ def test_two_learner_ranks_stay_identical_and_only_rank_zero_writes(tmp_path):
     curves = scalars(run_dir / "tb", lambda name: name.startswith("events"))
     assert curves["train/loss_value"] and len(curves["eval/return_mean"]) == 2
     assert not still_running(process for process, _ in children.values())
+
+
+def record_children(process: subprocess.Popen, children: dict[int, tuple[psutil.Process, str]]) -> None:
+    """Adds the run's descendants not seen before, with their command lines."""
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:  # the run has just ended
+        return
+    for child in descendants:
+        if child.pid not in children:
+            try:
+                children[child.pid] = (child, " ".join(child.cmdline()))
+            except psutil.NoSuchProcess:
+                pass
 
 
 def test_a_sample_crosses_to_the_ranks_as_flat_bytes_and_comes_back_whole():
