@@ -15,6 +15,11 @@ def test_benchmark_quick_run_writes_json(module, tmp_path):
     rows = module.main(["--quick", "--out", str(out)])
     document = json.loads(out.read_text())
     assert document["rows"] == json.loads(json.dumps(rows)) and len(rows) >= 2
+    if module is actors:  # the simulator's time under the policy is not counted as overhead
+        for row in rows:
+            assert row["policy_env_us"] > 0
+            per_frame_us = 1e6 / row["frames_per_s"]
+            assert row["overhead_us"] == pytest.approx(per_frame_us - row["policy_env_us"] - row["infer_us"])
 
 
 def test_learner_benchmark_refuses_too_few_frames_for_one_batch(capsys):

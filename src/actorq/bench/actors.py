@@ -9,11 +9,15 @@ process only drains batches, so the rate is what one worker can supply.
 Each row also shows the ceiling and where the time goes, per frame:
 
 * ``env_us``: one raw simulator step (the suite's own env, random actions, no TorchRL);
-  ``raw_rate`` is its steps/s.
+  ``raw_rate`` is its steps/s, the ceiling ``of_raw`` is measured against.
+* ``policy_env_us``: the same raw simulators, as many as the worker steps, with this
+  row's policy choosing the actions; only the steps are timed. The states a policy visits
+  can cost the simulator more than random actions' (more contacts), and that difference is
+  the simulator's, not overhead.
 * ``infer_us``: one policy forward at the worker's batch (``actorq.quant.time_forward``,
   one thread), divided by the envs it serves.
-* ``overhead_us = 1e6 / frames_per_s - env_us - infer_us``: everything else (TensorDicts,
-  the collector loop, process hand-over).
+* ``overhead_us = 1e6 / frames_per_s - policy_env_us - infer_us``: everything else
+  (TensorDicts, the collector loop, process hand-over).
 
 ``--old-path`` measures the previous worker env (TorchRL's transform stack per env, a
 ``SerialEnv`` for several) in the same run, so before/after is one table (``path`` column).
@@ -111,6 +115,32 @@ def raw_rate(env_name: str, steps: int = 3000, seed: int = 0) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def policy_env_us(env_name: str, policy: ExplorationPolicy, envs: int, frames: int = 4096,
+                  seed: int = 0) -> float:
+    """µs per frame of ``envs`` raw simulators stepped with ``policy``'s actions (the steps
+    alone are timed; ended episodes restart untimed); NaN where the suite has no raw envs."""
+    raw = find_suite(env_name).make_raw(env_name, envs)
+    if raw is None:
+        return float("nan")
+    obs = np.zeros((envs, raw.obs_dim), dtype=np.float32)
+    reward = np.empty((envs, 1), dtype=np.float32)
+    terminated, truncated = np.zeros((envs, 1), dtype=bool), np.zeros((envs, 1), dtype=bool)
+    for index in range(envs):
+        raw.seed(index, seed + index)
+        raw.reset(index, obs[index])
+    stepping, steps = 0.0, max(1, frames // envs)
+    with torch.no_grad():
+        for _ in range(steps):
+            actions = policy(torch.from_numpy(obs)).numpy()
+            start = time.perf_counter()
+            raw.step(actions, obs, reward, terminated, truncated)
+            stepping += time.perf_counter() - start
+            for index in np.flatnonzero(terminated[:, 0] | truncated[:, 0]):
+                raw.reset(int(index), obs[index])
+            terminated[:], truncated[:] = False, False
+    return 1e6 * stepping / (steps * envs)
+
+
 def inference_us(policy: ExplorationPolicy, env_name: str, batch: int) -> float:
     """µs per forward of ``policy`` at ``batch`` observations (one thread)."""
     observations = random_observations(make_env(env_name, seed=1), batch)
@@ -153,11 +183,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             frames_per_batch = envs * STEPS_PER_BATCH * (1 if envs > 1 else 4)
             found: dict[tuple[str, str], float] = {}
             infer: dict[str, float] = {}
+            stepped: dict[str, float] = {}  # policy_env_us by precision
             for _ in range(args.rounds):
                 for name in args.precisions:
                     policy = actor_policy(args.env, width, PRECISIONS[name], batch=envs)
                     if name not in infer:
                         infer[name] = inference_us(policy, args.env, envs) / envs
+                        stepped[name] = policy_env_us(args.env, policy, envs)
                     for path, lean in paths.items():
                         rate = frames_per_s(args.env, policy, args.workers, frames_per_batch, args.batches,
                                             envs_per_worker=envs, lean_envs=lean)
@@ -169,8 +201,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                            "frames_per_s": rate, "vs_fp32": rate / found[path, "fp32"] if "fp32" in args.precisions
                            else float("nan"),
                            "vs_old": rate / found["old", name] if args.old_path else float("nan"),
-                           "of_raw": rate / raw, "env_us": env_us, "infer_us": infer[name],
-                           "overhead_us": 1e6 / rate - env_us - infer[name]}
+                           "of_raw": rate / raw, "env_us": env_us, "policy_env_us": stepped[name],
+                           "infer_us": infer[name], "overhead_us": 1e6 / rate - stepped[name] - infer[name]}
                     rows.append(row)
     title = f"actor frames/s per worker ({args.workers} worker), {args.env}, raw env {raw:.0f} steps/s"
     report(title, rows, args.out or None)
