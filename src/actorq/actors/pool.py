@@ -41,6 +41,7 @@ from torch import nn
 from torchrl.collectors import Collector, MultiAsyncCollector
 from torchrl.envs import EnvBase, SerialEnv
 
+from actorq.actors.rollout import LeanCollector
 from actorq.envs import OBSERVATION, make_env
 from actorq.envs.batched import make_batched_env
 
@@ -132,8 +133,9 @@ class _WorkerFailed(Exception):
         self.batch_worker: int | None = None
 
 
-class _ReportingCollector(Collector):
-    """The collector inside one worker process: TorchRL's own, plus two reports to the
+class _ReportingCollector(LeanCollector):
+    """The collector inside one worker process: TorchRL's own (with the lean rollout of
+    :class:`~actorq.actors.rollout.LeanCollector`), plus two reports to the
     learner's process: the frames of every batch it collected (``produced[worker]``, written
     before the hand-over) and the exception that ends the worker (``errors``)."""
 
@@ -156,8 +158,8 @@ class _WorkerCollectorFactory:
     in the worker process (TorchRL calls it with the worker's index) and records that index
     for :func:`worker_index`."""
 
-    def __init__(self, produced: torch.Tensor, errors: multiprocessing.Queue):
-        self.produced, self.errors = produced, errors
+    def __init__(self, produced: torch.Tensor, errors: multiprocessing.Queue, lean_rollout: bool):
+        self.produced, self.errors, self.lean_rollout = produced, errors, lean_rollout
 
     def __call__(self, *args, **kwargs) -> Collector:
         set_worker_index(kwargs.get("worker_idx"))
@@ -165,6 +167,7 @@ class _WorkerCollectorFactory:
         _ReportingCollector._ignore_rb = vars(self).get("_ignore_rb", Collector._ignore_rb)
         collector = _ReportingCollector(*args, **kwargs)
         collector.produced, collector.errors = self.produced, self.errors
+        collector.lean_rollout = self.lean_rollout
         return collector
 
 
@@ -185,9 +188,10 @@ class _Collector(MultiAsyncCollector):
       env raised, or the signal that killed it).
     """
 
-    def __init__(self, *args, produced: torch.Tensor, errors: multiprocessing.Queue, **kwargs):
+    def __init__(self, *args, produced: torch.Tensor, errors: multiprocessing.Queue, lean_rollout: bool = True,
+                 **kwargs):
         self.produced, self.errors = produced, errors  # first: a failed start shuts down
-        super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors), **kwargs)
+        super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors, lean_rollout), **kwargs)
         self.accounted = [0] * self.num_workers  # produced[w] when w's last batch arrived
         self.received_frames = [0] * self.num_workers
         self.dropped_frames = 0
@@ -379,6 +383,8 @@ class ActorPool:
         lean_envs: step each worker's envs through the lean batched env
             (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
             TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
+        lean_rollout: collect from a lean batched env with the lean rollout
+            (:class:`~actorq.actors.rollout.LeanCollector`); ``False`` keeps TorchRL's.
         frames_done: frames a resumed run collected before its checkpoint: the workers
             collect only ``total_frames - frames_done`` more (random actions only for what
             is left of ``init_random_frames``), while ``len()`` still counts the batches of
@@ -416,6 +422,7 @@ class ActorPool:
         restart_on_failure: bool = True,
         max_restarts: int = 3,
         frames_done: int = 0,
+        lean_rollout: bool = True,
     ):
         check_pool_args(num_workers, envs_per_worker, frames_per_batch, total_frames, frames_done,
                         init_random_frames, restart_on_failure, max_restarts)
@@ -428,6 +435,7 @@ class ActorPool:
         self.init_random_frames = init_random_frames
         self.seed = seed
         self.frames_done = frames_done
+        self.lean_rollout = lean_rollout
         self.writer = writer
         self.restart_on_failure = restart_on_failure
         self.max_restarts = max_restarts
@@ -451,6 +459,7 @@ class ActorPool:
             replay_buffer=self.writer,
             produced=torch.zeros(self.num_workers, dtype=torch.int64).share_memory_(),
             errors=context.Queue(),
+            lean_rollout=self.lean_rollout,
         )
         collector.set_seed(self.seed + 1_000_003 * self.restarts)
         self.collector = collector

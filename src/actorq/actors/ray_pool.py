@@ -24,6 +24,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from actorq.actors.pool import ActorWorkerError, check_pool_args, make_worker_env, set_worker_index
+from actorq.actors.rollout import LeanCollector
 from actorq.envs import OBSERVATION
 from actorq.errors import ConfigError
 
@@ -49,12 +50,10 @@ class RolloutWorker:
     ``frames_per_batch`` steps per :meth:`next_batch` call."""
 
     def __init__(self, env_fn, policy: TensorDictModule, frames_per_batch: int, seed: int, index: int):
-        from torchrl.collectors import Collector
-
         torch.set_num_threads(1)
         set_worker_index(index)  # before the env is built, as in a local actor process
         self.policy = policy
-        self.collector = Collector(env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
+        self.collector = LeanCollector(env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
                                    split_trajs=False, auto_register_policy_transforms=False)
         self.collector.set_seed(seed)
         self.batches = iter(self.collector)

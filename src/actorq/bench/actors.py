@@ -19,8 +19,11 @@ Each row also shows the ceiling and where the time goes, per frame:
 * ``overhead_us = 1e6 / frames_per_s - policy_env_us - infer_us``: everything else
   (TensorDicts, the collector loop, process hand-over).
 
-``--old-path`` measures the previous worker env (TorchRL's transform stack per env, a
-``SerialEnv`` for several) in the same run, so before/after is one table (``path`` column).
+``--old-path`` measures the previous paths in the same run, so before/after is one table
+(``path`` column): ``lean`` (the default: the lean batched env and the lean rollout of
+:class:`~actorq.actors.rollout.LeanCollector`), ``lean env`` (the lean batched env under
+TorchRL's own ``Collector.rollout``) and ``old`` (TorchRL's transform stack per env, a
+``SerialEnv`` for several, TorchRL's rollout). ``vs_old`` is against ``old``.
 
 Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
 
@@ -72,12 +75,12 @@ def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int =
 
 
 def frames_per_s(env_name: str, policy, workers: int, frames_per_batch: int, batches: int,
-                 envs_per_worker: int = 1, lean_envs: bool = True, pool_class=ActorPool) -> float:
+                 envs_per_worker: int = 1, pool_class=ActorPool, **pool_options) -> float:
     """Drains ``batches`` batches (after one warm-up batch per worker) of a ``pool_class``
-    pool (local processes, or Ray actors) and returns frames/s."""
+    pool (local processes, or Ray actors; ``pool_options`` go to it) and returns frames/s."""
     total = frames_per_batch * (batches + workers)
     pool = pool_class(env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total,
-                      envs_per_worker=envs_per_worker, lean_envs=lean_envs)
+                      envs_per_worker=envs_per_worker, **pool_options)
     try:
         start, frames = None, 0
         for index, batch in enumerate(pool):
@@ -157,7 +160,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=6, help="timed batches per run")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions (best kept)")
     parser.add_argument("--old-path", action="store_true",
-                        help="also measure the previous worker env (TorchRL transforms, SerialEnv)")
+                        help="also measure the previous paths: TorchRL's rollout over the lean env, and "
+                             "TorchRL's transforms (SerialEnv) with its rollout")
     parser.add_argument("--onednn", action="store_true",
                         help="also run the int8 precisions with weights packed for the onednn engine (quant.engine)")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
@@ -176,7 +180,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     torch.set_num_threads(1)
     raw = raw_rate(args.env)
     env_us = 1e6 / raw
-    paths = {"lean": True, **({"old": False} if args.old_path else {})}
+    paths = {"lean": {}}  # path: its pool options
+    if args.old_path:
+        paths |= {"lean env": {"lean_rollout": False}, "old": {"lean_envs": False, "lean_rollout": False}}
     rows = []
     for width in args.widths:
         for envs in args.envs:
@@ -190,9 +196,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                     if name not in infer:
                         infer[name] = inference_us(policy, args.env, envs) / envs
                         stepped[name] = policy_env_us(args.env, policy, envs)
-                    for path, lean in paths.items():
+                    for path, options in paths.items():
                         rate = frames_per_s(args.env, policy, args.workers, frames_per_batch, args.batches,
-                                            envs_per_worker=envs, lean_envs=lean)
+                                            envs_per_worker=envs, **options)
                         found[path, name] = max(found.get((path, name), 0.0), rate)
             for path in paths:
                 for name in args.precisions:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -180,6 +180,17 @@ class GymnasiumEnvs(RawEnvs):
         self.envs[index].reset(seed=seed)
 
 
+class StepArrays(NamedTuple):
+    """One batch step of ``N`` envs as numpy arrays (rows are envs): the ``"next"`` entries."""
+
+    obs: np.ndarray  # [N, obs_dim] float32
+    reward: np.ndarray  # [N, 1] float32
+    episode_reward: np.ndarray  # [N, 1] float32, the running return including this reward
+    terminated: np.ndarray  # [N, 1] bool
+    truncated: np.ndarray  # [N, 1] bool
+    done: np.ndarray  # [N, 1] bool
+
+
 class _State:
     def __init__(self, episode: np.ndarray, obs: np.ndarray):
         self.episode = episode  # running return of each env (RewardSum's "episode_reward")
@@ -248,7 +259,7 @@ class LeanBatchedEnv(EnvBase):
         return torch.from_numpy(array if self._batched else array[0])
 
     def _actions(self, tensordict: TensorDictBase) -> np.ndarray:
-        return tensordict.get("action").reshape(self._action_shape).numpy()
+        return tensordict.get("action").numpy()
 
     def _root(self, obs: np.ndarray) -> TensorDict:
         false = self._false
@@ -258,24 +269,56 @@ class LeanBatchedEnv(EnvBase):
             batch_size=self.batch_size,
         )
 
-    def _advance(self, tensordict: TensorDictBase) -> tuple[TensorDict, np.ndarray, np.ndarray]:
-        """Steps every env; returns the ``"next"`` TensorDict, the observations and ``done``."""
+    def step_numpy(self, actions: np.ndarray) -> StepArrays:
+        """Steps every env with ``actions`` (``[N]`` indices or ``[N, act_dim]``) and adds the
+        rewards to the running returns; ended envs are not restarted (see :meth:`restart_ended`)."""
         n = self._n
         obs = np.empty((n, self.raw.obs_dim), dtype=np.float32)
         reward = np.empty((n, 1), dtype=np.float32)
         terminated = np.zeros((n, 1), dtype=bool)
         truncated = np.zeros((n, 1), dtype=bool)
-        self.raw.step(self._actions(tensordict), obs, reward, terminated, truncated)
-        done = terminated | truncated
+        self.raw.step(actions.reshape(self._action_shape), obs, reward, terminated, truncated)
         episode = self._state.episode
         episode += reward
-        next_td = TensorDict._new_unsafe(
-            {OBSERVATION: self._tensor(obs), "reward": self._tensor(reward),
-             EPISODE_REWARD: self._tensor(episode.copy()), "done": self._tensor(done),
-             "terminated": self._tensor(terminated), "truncated": self._tensor(truncated)},
+        return StepArrays(obs, reward, episode.copy(), terminated, truncated, terminated | truncated)
+
+    def restart_ended(self, step: StepArrays) -> np.ndarray:
+        """Restarts the envs that ended in ``step`` (their running returns back to 0) and
+        returns the observations the next step starts from (``step.obs`` itself stays as it is)."""
+        obs = step.obs
+        if step.done.any():
+            obs = obs.copy()
+            self._reset_rows(np.flatnonzero(step.done[:, 0]), obs)
+        self._state.obs = obs
+        return obs
+
+    @property
+    def num_envs(self) -> int:
+        """How many raw envs step together (1 for an unbatched env)."""
+        return self._n
+
+    @property
+    def batched(self) -> bool:
+        """``False`` for an unbatched env (``batch_size=[]``)."""
+        return self._batched
+
+    @property
+    def observation(self) -> np.ndarray:
+        """The observations the next step starts from, ``[N, obs_dim]``."""
+        return self._state.obs
+
+    @property
+    def episode_reward(self) -> np.ndarray:
+        """The running return of each env, ``[N, 1]`` (0 right after a restart)."""
+        return self._state.episode
+
+    def _next_td(self, step: StepArrays) -> TensorDict:
+        return TensorDict._new_unsafe(
+            {OBSERVATION: self._tensor(step.obs), "reward": self._tensor(step.reward),
+             EPISODE_REWARD: self._tensor(step.episode_reward), "done": self._tensor(step.done),
+             "terminated": self._tensor(step.terminated), "truncated": self._tensor(step.truncated)},
             batch_size=self.batch_size,
         )
-        return next_td, obs, done
 
     def _reset_rows(self, rows, obs: np.ndarray) -> None:
         for i in rows:
@@ -285,18 +328,14 @@ class LeanBatchedEnv(EnvBase):
     # --- TorchRL hooks ------------------------------------------------------------------
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """One batch step, then the ended envs restart: ``(step data with "next", next root)``."""
-        next_td, obs, done = self._advance(tensordict)
-        tensordict.set("next", next_td)
-        if done.any():
-            obs = obs.copy()  # "next" keeps the final observations
-            self._reset_rows(np.flatnonzero(done[:, 0]), obs)
-        self._state.obs = obs
-        return tensordict, self._root(obs)
+        step = self.step_numpy(self._actions(tensordict))
+        tensordict.set("next", self._next_td(step))
+        return tensordict, self._root(self.restart_ended(step))
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        next_td, obs, _ = self._advance(tensordict)
-        self._state.obs = obs
-        return next_td
+        step = self.step_numpy(self._actions(tensordict))
+        self._state.obs = step.obs
+        return self._next_td(step)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         mask = tensordict.get("_reset", None) if tensordict is not None else None

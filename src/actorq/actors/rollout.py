@@ -1,0 +1,145 @@
+"""The worker's rollout over a lean batched env: per step one policy call and one numpy
+env step, and ONE TensorDict per batch.
+
+TorchRL's ``Collector.rollout`` builds, updates and stacks a TensorDict every step (the
+carrier, the policy's TensorDictModule wrapper, ``"next"``, trajectory ids), which cost
+more than a cheap simulator's step. :class:`LeanCollector` is TorchRL's ``Collector``
+(worker loop, weight sync, hand-over, frame counting, random frames all stay TorchRL's)
+whose ``rollout`` fills preallocated numpy arrays instead when it drives a
+:class:`~actorq.envs.batched.LeanBatchedEnv`, and returns a batch with exactly the keys,
+shapes, dtypes and values TorchRL's own rollout returns for that env
+(``tests/unit/test_lean_rollout.py`` compares them on the same seeds).
+
+Example:
+    >>> from tensordict.nn import TensorDictModule
+    >>> from actorq.actors.policy import ExplorationPolicy
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.envs.batched import make_batched_env
+    >>> from actorq.networks import QNetwork
+    >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+    >>> policy = TensorDictModule(ExplorationPolicy(QNetwork(spec, (16,)), spec, noise_scale=0.1),
+    ...                           in_keys=["observation"], out_keys=["action"])
+    >>> env = make_batched_env("CartPole-v1", num_envs=4, seed=0, library="gymnasium")
+    >>> collector = LeanCollector(env, policy, frames_per_batch=40, total_frames=80)
+    >>> [tuple(batch.shape) for batch in collector]  # [envs, steps]
+    [(4, 10), (4, 10)]
+    >>> collector.shutdown()
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.collectors import Collector
+
+from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv
+from actorq.envs.spec import OBSERVATION
+
+TRAJ_IDS = ("collector", "traj_ids")
+
+
+class LeanCollector(Collector):
+    """TorchRL's ``Collector`` with a lean :meth:`rollout` where it drives a
+    :class:`~actorq.envs.batched.LeanBatchedEnv` on the CPU (any other env, or a replay
+    buffer written step by step, takes TorchRL's own rollout). Setting ``lean_rollout`` to
+    ``False`` takes TorchRL's rollout everywhere (the benchmark's before/after)."""
+
+    lean_rollout: bool = True
+
+    def rollout(self) -> TensorDictBase:
+        if not self._lean():
+            return super().rollout()
+        with torch.no_grad():
+            return self._maybe_set_truncated(self._lean_rollout())
+
+    def _lean(self) -> bool:
+        per_step_writes = self.replay_buffer is not None and not self._ignore_rb and not self.extend_buffer
+        return (self.lean_rollout and isinstance(self.env, LeanBatchedEnv) and self.interruptor is None and not self.reset_at_each_iter
+                and not per_step_writes and not self._cast_to_policy_device and not self._cast_to_env_device
+                and not self.compiled_policy and not self.cudagraphed_policy and self.track_traj_ids
+                and not self._compact_next_keys)
+
+    def _policy_module(self) -> nn.Module:
+        policy = self._wrapped_policy
+        return policy.module if isinstance(policy, TensorDictModule) else policy
+
+    def _lean_rollout(self) -> TensorDictBase:
+        env: LeanBatchedEnv = self.env
+        n, steps = env.num_envs, self.frames_per_batch
+        spec = env.action_spec
+        action_shape = spec.shape[len(env.batch_size):]
+        buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype)
+        policy = self._policy_module()
+        traj_ids = self._carrier.get(TRAJ_IDS).reshape(n).clone()
+        obs = env.observation
+        for t in range(steps):
+            buffers.obs[:, t] = obs
+            buffers.episode_reward[:, t] = env.episode_reward
+            buffers.traj_ids[:, t] = traj_ids
+            if self._should_use_random_frames():
+                action = spec.rand()
+            else:
+                action = policy(torch.from_numpy(obs) if env.batched else torch.from_numpy(obs[0]))
+            actions = action.numpy().reshape(n, *action_shape)
+            buffers.action[:, t] = actions
+            step = env.step_numpy(actions)
+            buffers.write_next(t, step)
+            obs = env.restart_ended(step)
+            if step.done.any():
+                ended = torch.from_numpy(step.done[:, 0])
+                traj_ids[ended] = self._traj_pool.get_traj_and_increment(int(ended.sum()))
+        self._carrier.set(TRAJ_IDS, traj_ids.reshape(self._carrier.batch_size))
+        return self._into_final_rollout(buffers.tensordict(env.batched))
+
+    def _into_final_rollout(self, batch: TensorDict) -> TensorDictBase:
+        if not self._use_buffers:
+            return batch
+        with self._final_rollout.unlock_():
+            self._final_rollout.update_(batch)
+        return self._final_rollout
+
+
+class _Buffers:
+    """The arrays of one batch, ``[envs, steps, ...]`` (TorchRL's layout: time last)."""
+
+    def __init__(self, n: int, steps: int, obs_dim: int, action_shape: torch.Size, action_dtype: torch.dtype):
+        def floats(*shape):
+            return np.empty((n, steps, *shape), dtype=np.float32)
+
+        def flags():
+            return np.zeros((n, steps, 1), dtype=bool)
+
+        self.obs, self.episode_reward = floats(obs_dim), floats(1)
+        self.action = torch.empty((n, steps, *action_shape), dtype=action_dtype).numpy()
+        self.traj_ids = np.empty((n, steps), dtype=np.int64)
+        self.next_obs, self.reward, self.next_episode_reward = floats(obs_dim), floats(1), floats(1)
+        self.done, self.terminated, self.truncated = flags(), flags(), flags()
+
+    def write_next(self, t: int, step) -> None:
+        self.next_obs[:, t] = step.obs
+        self.reward[:, t] = step.reward
+        self.next_episode_reward[:, t] = step.episode_reward
+        self.done[:, t] = step.done
+        self.terminated[:, t] = step.terminated
+        self.truncated[:, t] = step.truncated
+
+    def tensordict(self, batched: bool) -> TensorDict:
+        def tensor(array: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(array if batched else array[0])
+
+        false = np.zeros_like(self.done)  # a root step never starts ended (restarts happen before it)
+        shape = self.traj_ids.shape if batched else self.traj_ids.shape[1:]
+        next_td = {OBSERVATION: tensor(self.next_obs), "reward": tensor(self.reward),
+                   EPISODE_REWARD: tensor(self.next_episode_reward), "done": tensor(self.done),
+                   "terminated": tensor(self.terminated), "truncated": tensor(self.truncated)}
+        root = {OBSERVATION: tensor(self.obs), EPISODE_REWARD: tensor(self.episode_reward),
+                "action": tensor(self.action), "done": tensor(false), "terminated": tensor(false.copy()),
+                "truncated": tensor(false.copy()),
+                "collector": TensorDict({"traj_ids": tensor(self.traj_ids)}, batch_size=shape),
+                "next": TensorDict(next_td, batch_size=shape)}
+        batch = TensorDict(root, batch_size=shape)
+        batch.refine_names(..., "time")
+        return batch

@@ -1,0 +1,67 @@
+"""The lean rollout returns exactly what TorchRL's own ``Collector.rollout`` returns for the
+same lean env, policy and seeds: every key, shape, dtype, value and name, over batches with
+episode ends, restarts, new trajectory ids and random frames."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+from torchrl.collectors import Collector
+
+from actorq.actors.policy import ExplorationPolicy
+from actorq.actors.rollout import LeanCollector
+from actorq.envs import EnvSpec, make_env
+from actorq.envs.batched import make_batched_env
+from actorq.networks import DeterministicActor, QNetwork
+
+STEPS = 300  # per env per batch; cheetah-run's episodes are 1000 steps, so batch 4 restarts
+
+
+def _batches(collector_class, name: str, num_envs: int | None, random_frames: int, batches: int = 4):
+    torch.manual_seed(0)
+    spec = EnvSpec.from_env(make_env(name, seed=0))
+    network = QNetwork(spec, (16,)) if spec.discrete else DeterministicActor(spec, (16,))
+    policy = TensorDictModule(ExplorationPolicy(network, spec, noise_scale=0.3), in_keys=["observation"],
+                              out_keys=["action"])
+    env = make_batched_env(name, num_envs, seed=3)
+    collector = collector_class(env, policy, frames_per_batch=STEPS * (num_envs or 1), total_frames=-1,
+                                init_random_frames=random_frames, auto_register_policy_transforms=False)
+    torch.manual_seed(1)  # the same exploration noise and random actions on both sides
+    try:
+        batches_out = iter(collector)
+        return [next(batches_out) for _ in range(batches)]
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize("name", ["cheetah-run", "CartPole-v1"])
+@pytest.mark.parametrize("num_envs", [None, 3])
+@pytest.mark.parametrize("random_frames", [0, 700])
+def test_lean_rollout_returns_what_torchrl_rollout_returns(name, num_envs, random_frames):
+    theirs = _batches(Collector, name, num_envs, random_frames)
+    ours = _batches(LeanCollector, name, num_envs, random_frames)
+    ended = 0
+    for their, our in zip(theirs, ours):
+        assert set(our.keys(True, True)) == set(their.keys(True, True))
+        assert our.batch_size == their.batch_size and our.names == their.names
+        for key in their.keys(True, True):
+            assert our[key].dtype == their[key].dtype, key
+            assert torch.equal(our[key], their[key]), (name, num_envs, random_frames, key)
+        ended += int(their["next", "done"].sum())
+    assert ended >= 1  # the comparison crossed episode ends and restarts
+    assert int(ours[-1]["collector", "traj_ids"].max()) >= (num_envs or 1)  # new trajectory ids were handed out
+
+
+def test_other_envs_take_torchrl_rollout():
+    """An env that is not lean (TorchRL's transform stack) is collected by TorchRL's rollout."""
+    env = make_env("Pendulum-v1", seed=0)
+    spec = EnvSpec.from_env(env)
+    policy = TensorDictModule(ExplorationPolicy(DeterministicActor(spec, (8,)), spec, noise_scale=0.1),
+                              in_keys=["observation"], out_keys=["action"])
+    collector = LeanCollector(env, policy, frames_per_batch=20, total_frames=40, auto_register_policy_transforms=False)
+    try:
+        assert not collector._lean()
+        assert [tuple(batch.shape) for batch in collector] == [(20,), (20,)]
+    finally:
+        collector.shutdown()
