@@ -91,8 +91,13 @@ def scalars(tb_dir: Path, keep: Callable[[str], bool] = lambda name: True) -> di
     return out
 
 
-def still_running(processes: Iterable[psutil.Process]) -> list[int]:
-    """The pids of ``processes`` that are still running (a zombie has ended)."""
+def still_running(processes: Iterable[psutil.Process], grace_s: float = 10.0) -> list[int]:
+    """The pids of ``processes`` still running ``grace_s`` seconds after the call at the latest
+    (a zombie has ended). The grace: multiprocessing's resource tracker exits only after the
+    run's main process, once it has read the end of its pipe and cleaned up (a CI run found it
+    alive the moment the run ended)."""
+    processes = list(processes)
+    psutil.wait_procs(processes, timeout=grace_s)
     left = []
     for process in processes:
         try:

@@ -39,6 +39,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import Collector, MultiAsyncCollector
+from torchrl.collectors import _runner as torchrl_runner
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.actors.rollout import LeanCollector
@@ -163,6 +164,11 @@ class _WorkerCollectorFactory:
 
     def __call__(self, *args, **kwargs) -> Collector:
         set_worker_index(kwargs.get("worker_idx"))
+        # TorchRL's worker loop (``_runner.py``) polls its pipe for ``_MIN_TIMEOUT`` (1 ms)
+        # after every batch, for a message the learner sent meanwhile; a poll without a wait
+        # finds such a message too and gives the millisecond back (one worker, 64-wide policy:
+        # 6027 -> 6441 frames/s at one env and 128-frame batches, 20708 -> 21994 at 16 envs).
+        torchrl_runner._MIN_TIMEOUT = 0.0
         # TorchRL's worker loop sets ``_ignore_rb`` on the class it is given (here, on us).
         _ReportingCollector._ignore_rb = vars(self).get("_ignore_rb", Collector._ignore_rb)
         collector = _ReportingCollector(*args, **kwargs)
