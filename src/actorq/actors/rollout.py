@@ -20,7 +20,8 @@ Example:
     >>> policy = TensorDictModule(ExplorationPolicy(QNetwork(spec, (16,)), spec, noise_scale=0.1),
     ...                           in_keys=["observation"], out_keys=["action"])
     >>> env = make_batched_env("CartPole-v1", num_envs=4, seed=0, library="gymnasium")
-    >>> collector = LeanCollector(env, policy, frames_per_batch=40, total_frames=80)
+    >>> collector = LeanCollector(env, policy, frames_per_batch=40, total_frames=80,
+    ...                           auto_register_policy_transforms=False)
     >>> [tuple(batch.shape) for batch in collector]  # [envs, steps]
     [(4, 10), (4, 10)]
     >>> collector.shutdown()
