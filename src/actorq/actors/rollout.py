@@ -36,7 +36,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import Collector
 
-from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv
+from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv, StepArrays
 from actorq.envs.spec import OBSERVATION
 
 TRAJ_IDS = ("collector", "traj_ids")
@@ -116,31 +116,23 @@ class _Buffers:
         self.obs, self.episode_reward = floats(obs_dim), floats(1)
         self.action = torch.empty((n, steps, *action_shape), dtype=action_dtype).numpy()
         self.traj_ids = np.empty((n, steps), dtype=np.int64)
-        self.next_obs, self.reward, self.next_episode_reward = floats(obs_dim), floats(1), floats(1)
-        self.done, self.terminated, self.truncated = flags(), flags(), flags()
+        self.next = StepArrays(floats(obs_dim), floats(1), floats(1), flags(), flags(), flags())
 
-    def write_next(self, t: int, step) -> None:
-        self.next_obs[:, t] = step.obs
-        self.reward[:, t] = step.reward
-        self.next_episode_reward[:, t] = step.episode_reward
-        self.done[:, t] = step.done
-        self.terminated[:, t] = step.terminated
-        self.truncated[:, t] = step.truncated
+    def write_next(self, t: int, step: StepArrays) -> None:
+        for array, value in zip(self.next, step):
+            array[:, t] = value
 
     def tensordict(self, batched: bool) -> TensorDict:
         def tensor(array: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(array if batched else array[0])
 
-        false = np.zeros_like(self.done)  # a root step never starts ended (restarts happen before it)
+        false = np.zeros_like(self.next.done)  # a root step never starts ended (restarts happen before it)
         shape = self.traj_ids.shape if batched else self.traj_ids.shape[1:]
-        next_td = {OBSERVATION: tensor(self.next_obs), "reward": tensor(self.reward),
-                   EPISODE_REWARD: tensor(self.next_episode_reward), "done": tensor(self.done),
-                   "terminated": tensor(self.terminated), "truncated": tensor(self.truncated)}
         root = {OBSERVATION: tensor(self.obs), EPISODE_REWARD: tensor(self.episode_reward),
                 "action": tensor(self.action), "done": tensor(false), "terminated": tensor(false.copy()),
                 "truncated": tensor(false.copy()),
                 "collector": TensorDict({"traj_ids": tensor(self.traj_ids)}, batch_size=shape),
-                "next": TensorDict(next_td, batch_size=shape)}
+                "next": TensorDict(self.next.entries(tensor), batch_size=shape)}
         batch = TensorDict(root, batch_size=shape)
         batch.refine_names(..., "time")
         return batch

@@ -190,6 +190,12 @@ class StepArrays(NamedTuple):
     truncated: np.ndarray  # [N, 1] bool
     done: np.ndarray  # [N, 1] bool
 
+    def entries(self, tensor: Callable[[np.ndarray], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The ``"next"`` entries of a TensorDict, each array through ``tensor``."""
+        return {OBSERVATION: tensor(self.obs), "reward": tensor(self.reward),
+                EPISODE_REWARD: tensor(self.episode_reward), "done": tensor(self.done),
+                "terminated": tensor(self.terminated), "truncated": tensor(self.truncated)}
+
 
 class _State:
     def __init__(self, episode: np.ndarray, obs: np.ndarray):
@@ -313,12 +319,7 @@ class LeanBatchedEnv(EnvBase):
         return self._state.episode
 
     def _next_td(self, step: StepArrays) -> TensorDict:
-        return TensorDict._new_unsafe(
-            {OBSERVATION: self._tensor(step.obs), "reward": self._tensor(step.reward),
-             EPISODE_REWARD: self._tensor(step.episode_reward), "done": self._tensor(step.done),
-             "terminated": self._tensor(step.terminated), "truncated": self._tensor(step.truncated)},
-            batch_size=self.batch_size,
-        )
+        return TensorDict._new_unsafe(step.entries(self._tensor), batch_size=self.batch_size)
 
     def _reset_rows(self, rows, obs: np.ndarray) -> None:
         for i in rows:
