@@ -50,7 +50,7 @@ class TanhScale(nn.Module):
         self.register_buffer("half_range", (high_t - low_t) / 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.center + self.half_range * torch.tanh(x)
+        return torch.addcmul(self.center, self.half_range, torch.tanh(x))
 
 
 class DeterministicActor(nn.Module):

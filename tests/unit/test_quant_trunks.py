@@ -176,3 +176,17 @@ def test_a_template_from_a_layout_accepts_the_learners_payload(observations):
     torch.testing.assert_close(
         template(observations), QuantizedNetwork.from_network(policy, spec, observations)(observations), atol=0, rtol=0
     )
+
+
+@pytest.mark.parametrize("trunk_name", list(TRUNKS))
+@pytest.mark.parametrize("spec_name", list(SPECS))
+def test_the_actors_direct_calls_compute_what_the_modules_compute(trunk_name, spec_name, observations):
+    """``forward`` runs the trunk's modules without ``nn.Module.__call__`` (an actor's
+    per-step cost); it must give exactly the built modules' output, batched or not."""
+    spec, _ = SPECS[spec_name]
+    if spec.is_static and trunk_name not in STATIC_RUNS:
+        pytest.skip("int8 static refuses Tanh")
+    quantized = QuantizedNetwork.from_network(_policy(trunk_name), spec, calibration=observations)
+    modules = nn.Sequential(quantized.executable_trunk(), quantized.head)
+    assert torch.equal(quantized(observations), modules(observations))
+    assert torch.equal(quantized(observations[0]), modules(observations[:1])[0])

@@ -46,6 +46,7 @@ class ExplorationPolicy(nn.Module):
         if not spec.discrete:
             self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
+            self.register_buffer("half_range", (self.high - self.low) / 2, persistent=False)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         # Called once per actor step: direct dict lookups, since nn.Module.__getattr__ costs
@@ -54,7 +55,7 @@ class ExplorationPolicy(nn.Module):
         obs = observation.unsqueeze(0) if unbatched else observation
         network = self._modules["network"]
         with torch.no_grad():
-            action = network.sample(obs) if self.stochastic else self._explore(network(obs))
+            action = network.sample(obs) if self.stochastic else self._explore(network.forward(obs))
         return action.squeeze(0) if unbatched else action
 
     def _explore(self, out: torch.Tensor) -> torch.Tensor:
@@ -64,9 +65,8 @@ class ExplorationPolicy(nn.Module):
             random = torch.randint_like(greedy, self.num_actions)
             explore = torch.rand(greedy.shape) < buffers["noise_scale"]
             return torch.where(explore, random, greedy)
-        low, high = buffers["low"], buffers["high"]
-        sigma = buffers["noise_scale"] * (high - low) / 2
-        return torch.clamp(torch.addcmul(out, torch.randn_like(out), sigma), low, high)
+        sigma = buffers["noise_scale"] * buffers["half_range"]
+        return torch.addcmul(out, torch.randn_like(out), sigma).clamp_(buffers["low"], buffers["high"])
 
 
 def actor_policy(learner_policy: ExplorationPolicy, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:

@@ -47,8 +47,8 @@ from actorq.envs import EnvSpec, find_suite, make_env, random_observations
 from actorq.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, resolve_precision, time_forward
 
-PRECISIONS = {  # name: the actors' precision (None: fp32)
-    "fp32": None,
+PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' QuantizedNetwork, as the trainer builds it)
+    "fp32": QuantSpec(bits=32),
     "int8 static": QuantSpec(bits=8, mode="static"),
     "int8 dynamic": QuantSpec(bits=8, mode="dynamic"),
     "int8 static onednn": QuantSpec(bits=8, mode="static", engine="onednn"),
@@ -62,7 +62,8 @@ STEPS_PER_BATCH = 32  # steps of every env of a worker per yielded batch
 
 def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int = 0,
                  batch: int = 1) -> ExplorationPolicy:
-    """The actors' policy at ``quant`` (``bits="auto"`` resolved for ``batch`` observations)."""
+    """The actors' policy at ``quant`` (``bits="auto"`` resolved for ``batch`` observations);
+    ``None`` gives the learner's own fp32 policy."""
     env = make_env(env_name, seed=seed)
     spec = EnvSpec.from_env(env)
     torch.manual_seed(seed)

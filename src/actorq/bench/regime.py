@@ -46,7 +46,7 @@ from actorq.envs import EnvSpec, make_env
 from actorq.quant import QuantSpec
 from actorq.train import train
 
-PRECISIONS = {"fp32": None, "int8": QuantSpec(bits=8, mode="static")}
+PRECISIONS = {"fp32": QuantSpec(bits=32), "int8": QuantSpec(bits=8, mode="static")}  # the actors' copies
 BATCH_SIZE = 256
 
 
