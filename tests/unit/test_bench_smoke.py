@@ -20,6 +20,9 @@ def test_benchmark_quick_run_writes_json(module, tmp_path):
             assert row["policy_env_us"] > 0
             per_frame_us = 1e6 / row["frames_per_s"]
             assert row["overhead_us"] == pytest.approx(per_frame_us - row["policy_env_us"] - row["infer_us"])
+            fp32 = next(r for r in rows if r["precision"] == "fp32" and r["envs"] == row["envs"])
+            zero_overhead_us = row["policy_env_us"] + row["infer_us"]  # the ceiling: simulator + forward only
+            assert row["ceiling_vs_fp32"] == pytest.approx((fp32["policy_env_us"] + fp32["infer_us"]) / zero_overhead_us)
 
 
 def test_learner_benchmark_refuses_too_few_frames_for_one_batch(capsys):

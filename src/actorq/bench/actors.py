@@ -18,6 +18,9 @@ Each row also shows the ceiling and where the time goes, per frame:
   one thread), divided by the envs it serves.
 * ``overhead_us = 1e6 / frames_per_s - policy_env_us - infer_us``: everything else
   (TensorDicts, the collector loop, process hand-over).
+* ``ceiling_vs_fp32 = (policy_env_us + infer_us of fp32) / (policy_env_us + infer_us)``: the
+  ``vs_fp32`` this precision would reach with no overhead at all, i.e. what its forward
+  and the simulator alone allow.
 
 ``--old-path`` measures the previous paths in the same run, so before/after is one table
 (``path`` column): ``lean`` (the default: the lean batched env and the lean rollout of
@@ -151,6 +154,17 @@ def inference_us(policy: ExplorationPolicy, env_name: str, batch: int) -> float:
     return time_forward(policy, observations, iterations=200, budget_s=1.0).median_us
 
 
+def ceiling_vs_fp32(stepped: dict[str, float], infer: dict[str, float], name: str) -> float:
+    """``name``'s frames/s against fp32's with no overhead: simulator + forward per frame.
+
+    >>> ceiling_vs_fp32({"fp32": 40.0, "int8": 40.0}, {"fp32": 260.0, "int8": 0.0}, "int8")
+    7.5
+    """
+    if "fp32" not in infer:
+        return float("nan")
+    return (stepped["fp32"] + infer["fp32"]) / (stepped[name] + infer[name])
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actorq.bench actors", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
@@ -209,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                            else float("nan"),
                            "vs_old": rate / found["old", name] if args.old_path else float("nan"),
                            "of_raw": rate / raw, "env_us": env_us, "policy_env_us": stepped[name],
-                           "infer_us": infer[name], "overhead_us": 1e6 / rate - stepped[name] - infer[name]}
+                           "infer_us": infer[name], "overhead_us": 1e6 / rate - stepped[name] - infer[name],
+                           "ceiling_vs_fp32": ceiling_vs_fp32(stepped, infer, name)}
                     rows.append(row)
     title = f"actor frames/s per worker ({args.workers} worker), {args.env}, raw env {raw:.0f} steps/s"
     report(title, rows, args.out or None)
