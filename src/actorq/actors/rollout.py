@@ -75,11 +75,12 @@ class LeanCollector(Collector):
         buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype)
         policy = self._policy_module()
         traj_ids = self._carrier.get(TRAJ_IDS).reshape(n).clone()
+        traj_ids_array = traj_ids.numpy()  # the same memory; numpy's copy from a tensor is slow
         obs = env.observation
         for t in range(steps):
             buffers.obs[:, t] = obs
             buffers.episode_reward[:, t] = env.episode_reward
-            buffers.traj_ids[:, t] = traj_ids
+            buffers.traj_ids[:, t] = traj_ids_array
             if self._should_use_random_frames():
                 action = spec.rand()
             else:
