@@ -145,9 +145,8 @@ class QuantizedNetwork(nn.Module):
         self.version.fill_(version)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        self._ensure_built()
         # Direct dict lookups: nn.Module.__getattr__ costs more than a small actor's matmul.
-        if self._buffers["version"].item() != self._built_version:
-            self._build()
         run, head = self._run_trunk, self._modules["head"].forward
         if observation.dim() == 2:
             return head(run(observation))
@@ -162,7 +161,7 @@ class QuantizedNetwork(nn.Module):
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
-        self.executable_trunk()  # built from the current payload
+        self._ensure_built()
         run = self._run_trunk
         if observation.dim() == 2:
             return run(observation)
@@ -171,9 +170,12 @@ class QuantizedNetwork(nn.Module):
 
     def executable_trunk(self) -> nn.Sequential:
         """The trunk actually run (rebuilt from the current payload if it changed)."""
+        self._ensure_built()
+        return self._trunk
+
+    def _ensure_built(self) -> None:
         if self._buffers["version"].item() != self._built_version:
             self._build()
-        return self._trunk
 
     def _build(self) -> None:
         for attempt in itertools.count():  # retry while a push is (or was) rewriting the payload
