@@ -15,12 +15,13 @@ from omegaconf import DictConfig
 
 from actorq.checks import composition_error
 from actorq.errors import ConfigError, NonFiniteError
+from actorq.launch import logs_in_run_dir, sweep_error
 
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from actorq.actors.pool import ActorWorkerError
-    from actorq.train import Interrupted, describe_outputs, train
+    from actorq.train import Interrupted, describe_outputs, describe_result, train
 
     try:
         summary, _ = train(cfg)
@@ -36,18 +37,19 @@ def main(cfg: DictConfig) -> float | None:
         raise
     if summary.get("rank", 0) > 0:  # a learner rank of trainer.devices > 1: rank 0 reports
         return None
-    print(f"Final eval return {summary['final_return']:.1f} after {summary['frames']} frames "
-          f"in {summary['wall_clock_s']:.0f} s")
+    print(describe_result(summary))
     print(describe_outputs(cfg))
     return summary["final_return"]
 
 
 def cli() -> None:
-    """``python -m actorq`` and the ``actorq`` command: the overrides must compose, then Hydra runs."""
-    error = composition_error(sys.argv[1:])
+    """``python -m actorq`` and the ``actorq`` command: the overrides must compose (every job
+    of a sweep, each checked too), then Hydra runs."""
+    error = composition_error(sys.argv[1:]) or sweep_error(sys.argv[1:])
     if error is not None:
         print(f"actorq: error: {error}", file=sys.stderr)
         sys.exit(2)
+    sys.argv[1:] = logs_in_run_dir(sys.argv[1:])
     main()
 
 

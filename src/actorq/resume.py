@@ -92,6 +92,41 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
                           f"{dataclasses.asdict(quant)}; resume with the same quant settings")
 
 
+def extend_to_budget(checkpoint: dict, total_frames: int, planned_updates: int) -> None:
+    """Lets a resumed run continue to this run's frame budget, in ``checkpoint`` (the dict
+    Lightning restores from, before it restores the loops and schedulers).
+
+    A run that finished its budget saved a finished epoch (``max_epochs=1``): with a larger
+    ``actors.total_frames`` the epoch is reopened, as if the run had been stopped mid-way, so
+    the actors collect the frames left. Every linear learning-rate decay is planned over the
+    new budget's ``planned_updates`` (the rate continues from where that plan is now).
+
+    Example:
+        >>> state = {"total": {"ready": 1, "started": 1, "processed": 1, "completed": 0}}
+        >>> state["current"] = dict(state["total"])
+        >>> checkpoint = {"actorq": {"frames": 2048}, "lr_schedulers": [
+        ...     {"lr_lambdas": [{"updates": 500, "final_fraction": 0.0}]}],
+        ...     "loops": {"fit_loop": {"epoch_progress": state,
+        ...                            "epoch_loop.batch_progress": {"is_last_batch": True}}}}
+        >>> extend_to_budget(checkpoint, total_frames=3000, planned_updates=900)
+        >>> state["current"]["processed"], checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+        (0, {'is_last_batch': False})
+        >>> checkpoint["lr_schedulers"][0]["lr_lambdas"]
+        [{'updates': 900, 'final_fraction': 0.0}]
+    """
+    for scheduler in checkpoint.get("lr_schedulers", []):
+        for decay in scheduler.get("lr_lambdas") or []:
+            if isinstance(decay, dict) and "updates" in decay:  # a LinearDecay's state
+                decay["updates"] = max(1, int(planned_updates))
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    epoch = fit_loop.get("epoch_progress", {})
+    finished = epoch.get("current", {}).get("processed", 0) >= 1
+    if finished and checkpoint.get("actorq", {}).get("frames", 0) < total_frames:
+        for progress in (epoch["total"], epoch["current"]):
+            progress["processed"] = progress["completed"] = 0
+        fit_loop.get("epoch_loop.batch_progress", {})["is_last_batch"] = False
+
+
 def resumed_precision(checkpoint: dict, quant):
     """The actors' precision for a resumed run: with ``quant.bits=auto``, the one the
     checkpoint's run picked (measuring again could pick another); else ``quant`` itself."""

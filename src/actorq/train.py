@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import check_policy_network
+from actorq.atomic import write_text_atomically
 from actorq.callbacks.carbon import CarbonTracker
 from actorq.callbacks.evaluation import Evaluation
 from actorq.checks import check_run_config
@@ -98,7 +99,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
-    callbacks = [build(node) for node in cfg.callbacks.values()]
+    callbacks = [build(node) for node in cfg.callbacks.values() if node is not None]
     logger = build(cfg.logger)
     if launched_rank() > 0:
         return follow(cfg, learner, callbacks, logger, resume_from)
@@ -113,7 +114,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         check_checkpoint(checkpoint, resume_from, config, learner, quant)
         del checkpoint  # Lightning reads it again (weights_only) when it restores the run
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomically(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
         if resume_from is None:  # a resumed run's curves already start with it
@@ -123,7 +124,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
-    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=callbacks, logger=logger)
+    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=callbacks, logger=logger,
+                    enable_checkpointing=has_checkpoints(callbacks))
 
     interrupted = failed = None
     try:
@@ -147,7 +149,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         summary["status"] = "interrupted"
     if failed is not None:
         summary.update(status="failed", error=f"{type(failed).__name__}: {failed}")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_summary(run_dir / "summary.json", summary, resumed=resume_from is not None)
     if interrupted is not None:
         raise interrupted
     if failed is not None:
@@ -158,6 +160,19 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     return summary, objects
 
 
+def check_job(cfg: DictConfig) -> None:
+    """What a sweep checks of each of its jobs before the first one starts
+    (:mod:`actorq.sweep`): the run config, and every object ``train`` builds before its actors
+    start, built and dropped; nothing is written and no process is started. Raises
+    :class:`~actorq.errors.ConfigError`."""
+    check_run_config(cfg)
+    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
+    build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
+    for node in [*cfg.callbacks.values(), cfg.quant, cfg.actors, cfg.replay]:
+        if node is not None:
+            build(node)
+
+
 def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str | None) -> tuple[dict, dict]:
     """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.parallel`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
@@ -165,7 +180,8 @@ def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str |
     experience = Experience(cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
                             actor_policy=None, quant=None, seed=cfg.seed, library=cfg.env.get("library"))
     checkpoints = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
-    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger)
+    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger,
+                    enable_checkpointing=has_checkpoints(checkpoints))
     try:
         trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
     finally:
@@ -180,21 +196,48 @@ class Interrupted(SystemExit):
     ``"status": "interrupted"``; a job scheduler sees a failure, not a success."""
 
 
+def has_checkpoints(callbacks: list) -> bool:
+    """Whether the run writes checkpoints: only through its own checkpoint callback, never
+    Lightning's default ``ModelCheckpoint`` (``callbacks=no_checkpoint`` writes none)."""
+    return any(isinstance(callback, ModelCheckpoint) for callback in callbacks)
+
+
+def write_summary(path: Path, summary: dict, resumed: bool = False) -> None:
+    """Writes ``summary.json`` atomically; a resumed run's summary does not replace one that
+    holds more: a resume that fails before it gets further than the run it continues (fewer
+    frames, or fewer evaluations) leaves that run's results as they were, and says so."""
+    if resumed and path.is_file():
+        try:
+            before = json.loads(path.read_text())
+        except (OSError, ValueError):
+            before = {}
+        if (before.get("frames") or 0) > summary["frames"] or \
+                len(before.get("eval_history") or []) > len(summary["eval_history"]):
+            log.warning("%s kept: it holds more (%s frames, %d evaluations) than this run's %s (%s frames, "
+                        "%d evaluations)", path, before.get("frames"), len(before.get("eval_history") or []),
+                        summary["status"], summary["frames"], len(summary["eval_history"]))
+            return
+    write_text_atomically(path, json.dumps(summary, indent=2))
+
+
 def find_callback(callbacks: list, kind: type):
     """The first callback of type ``kind``, or ``None``."""
     return next((callback for callback in callbacks if isinstance(callback, kind)), None)
 
 
 def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float,
-                 carbon: CarbonTracker | None = None) -> dict:
+                 carbon: CarbonTracker | None = None, learner_precision: dict | None = None) -> dict:
     history = evaluation.history if evaluation else []
     history_quant = evaluation.history_quant if evaluation else []
     return {
         "status": "completed",  # actorq.report lists runs without a completed summary apart
         "final_return": history[-1][1] if history else None,
+        **({} if history else {"final_return_reason": no_return_reason(evaluation)}),
         "best_return": max((r for _, r in history), default=None),
         "final_return_quant": history_quant[-1][1] if history_quant else None,
         "actor_precision": experience.quant.describe(),
+        # trainer.precision the learner ran at, and why (actorq.learner_precision.LearnerPrecision)
+        "learner_precision": learner_precision,
         "eval_history": history,
         "eval_history_quant": history_quant,
         "frames": learner.frames,
@@ -216,6 +259,13 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
     }
 
 
+def no_return_reason(evaluation: Evaluation | None) -> str:
+    """Why a run's summary has no return."""
+    if evaluation is None:
+        return "callbacks.evaluation is off: nothing evaluated the policy"
+    return "the run stopped before its first evaluation"
+
+
 def collect_counts(experience: Experience) -> dict:
     """Frames the actor workers collected, written into the replay, dropped, and collected
     past the frame budget (unused), and the actor restarts; ``None`` for what a run that
@@ -228,6 +278,21 @@ def collect_counts(experience: Experience) -> dict:
         "unused_frames": actors.unused_frames if actors is not None else None,
         "actor_restarts": actors.restarts if actors is not None else None,
     }
+
+
+def describe_result(summary: dict) -> str:
+    """The run's one-line result for the console.
+
+    >>> describe_result({"final_return": 187.25, "frames": 5000, "wall_clock_s": 61.4})
+    'Final eval return 187.2 after 5000 frames in 61 s'
+    >>> describe_result({"final_return": None, "final_return_reason": "callbacks.evaluation is off",
+    ...                  "frames": 5000, "wall_clock_s": 61.4})
+    'No eval return (callbacks.evaluation is off) after 5000 frames in 61 s'
+    """
+    done = f"after {summary['frames']} frames in {summary['wall_clock_s']:.0f} s"
+    if summary["final_return"] is None:
+        return f"No eval return ({summary.get('final_return_reason', 'nothing evaluated')}) {done}"
+    return f"Final eval return {summary['final_return']:.1f} {done}"
 
 
 def describe_outputs(cfg: DictConfig) -> str:

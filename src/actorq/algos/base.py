@@ -40,7 +40,7 @@ from actorq.finite import check_finite_loss
 from actorq.parallel import ranks_in_sync
 from actorq.replay.base import Sample
 from actorq.replay.experience import Arrivals
-from actorq.resume import rng_states, set_rng_states
+from actorq.resume import extend_to_budget, rng_states, set_rng_states
 
 # TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
 # per update (the schedule counts updates, not optimizer steps), which torch warns about.
@@ -357,6 +357,8 @@ class OffPolicyLearner(L.LightningModule):
         self.wall_clock_before = state.get("wall_clock", 0.0)
         if "rng" in state:
             set_rng_states(state["rng"])
+        total = self.experience.total_frames
+        extend_to_budget(checkpoint, total, self.planned_updates(total))
 
 
 def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:

@@ -1,0 +1,106 @@
+"""What ``python -m actorq`` checks and arranges before Hydra runs.
+
+A sweep (``-m``) is checked whole before its first job starts: every job's overrides are
+composed and its config checked as :func:`actorq.train.check_job` does, so a bad value in
+job 5 stops the sweep in one line (exit code 2) before job 0 trains. The jobs are the ones
+Hydra's basic sweeper launches: the cartesian product of the comma lists and
+``range(...)`` values, in the order given.
+
+A single run given ``run_dir=PATH`` keeps Hydra's own output there too
+(:func:`logs_in_run_dir`).
+
+Example:
+    >>> sweep_jobs(["+experiment=dqn_cartpole", "quant.bits=32,8", "seed=range(0,2)"])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [['+experiment=dqn_cartpole', 'quant.bits=32', 'seed=0'], ['+experiment=dqn_cartpole', 'quant.bits=32', 'seed=1'],
+     ['+experiment=dqn_cartpole', 'quant.bits=8', 'seed=0'], ['+experiment=dqn_cartpole', 'quant.bits=8', 'seed=1']]
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+
+from hydra import compose, initialize_config_module
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import open_dict
+
+from actorq.checks import composition_error
+from actorq.errors import ConfigError
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """Each job's overrides, as the basic sweeper expands ``overrides``; raises
+    :class:`~actorq.errors.ConfigError` for a sweep it cannot expand."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:
+        raise ConfigError(str(error).splitlines()[0]) from error
+    choices: dict[str, list[str]] = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise ConfigError(f"{override.input_line}: a sweep needs a list of values (a,b,c) or range(start,stop)")
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
+def sweep_error(argv: list[str]) -> str | None:
+    """Why the sweep ``argv`` (with ``-m``) would stop, in one line naming the first bad job;
+    ``None`` if every job composes and passes its checks (or ``argv`` is no plain sweep)."""
+    flags = [arg for arg in argv if arg.startswith("-")]
+    if not flags or set(flags) - set(MULTIRUN_FLAGS):
+        return None  # a single run, or Hydra's own flags (--help, --cfg, ...)
+    overrides = [arg for arg in argv if not arg.startswith("-") and not arg.lstrip("+~").startswith("hydra")]
+    try:
+        jobs = sweep_jobs(overrides)
+    except ConfigError as error:
+        return str(error)
+    for number, job in enumerate(jobs):
+        error = composition_error(job) or _check_error(job)
+        if error is not None:
+            return f"sweep job {number} ({' '.join(job)}): {error}; no job was started"
+    return None
+
+
+def _check_error(job: list[str]) -> str | None:
+    from actorq.train import check_job
+
+    with initialize_config_module("actorq.conf", version_base="1.3"):
+        cfg = compose("config", overrides=job, return_hydra_config=True)
+    cfg.hydra.mode = RunMode.MULTIRUN
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):  # the job's output dir exists only once Hydra launches it
+        if not any(item.startswith("run_dir=") for item in job):
+            cfg.run_dir = tempfile.gettempdir()
+    try:
+        check_job(cfg)
+    except ConfigError as error:
+        return str(error)
+    finally:
+        HydraConfig.instance().cfg = None
+    return None
+
+
+def logs_in_run_dir(argv: list[str]) -> list[str]:
+    """A single run given ``run_dir=PATH`` keeps Hydra's own output (``.hydra/``, the log)
+    in that run dir too, instead of a folder of its own under ``outputs/``.
+
+    >>> logs_in_run_dir(["+experiment=td3_pendulum", "run_dir=runs/a"])
+    ['+experiment=td3_pendulum', 'run_dir=runs/a', 'hydra.run.dir=runs/a']
+    >>> logs_in_run_dir(["-m", "seed=0,1", "run_dir=runs/a"])  # a sweep's jobs have their own
+    ['-m', 'seed=0,1', 'run_dir=runs/a']
+    """
+    run_dirs = [arg.split("=", 1)[1] for arg in argv if arg.startswith("run_dir=")]
+    if not run_dirs or any(arg in MULTIRUN_FLAGS for arg in argv) or \
+            any(arg.startswith("hydra.run.dir=") for arg in argv):
+        return argv
+    return [*argv, f"hydra.run.dir={run_dirs[-1]}"]

@@ -1,0 +1,111 @@
+"""What a user does in the first week, through the real command line: a run saved with
+``run_dir=`` keeps everything in that folder; resuming a finished run with a larger budget
+continues it and keeps its history, and a budget it has already reached is refused without
+touching the run; every callback set runs to the end; a sweep with a bad job trains nothing.
+One tiny run and its two resumes serve the resume tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import TINY
+
+REPO = Path(__file__).resolve().parents[2]
+QUIET = ("~callbacks.carbon", "trainer.enable_progress_bar=false", "algo.hidden=[16]")
+
+
+def actorq(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "actorq", *overrides], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """A finished 600-frame run, its summary and checkpoint; the same run resumed to 1200
+    frames; then a resume to the 1200 frames it already has."""
+    cwd = tmp_path_factory.mktemp("first_week")
+    run = cwd / "runs" / "a"
+    first = actorq(cwd, *TINY, *QUIET, "run_dir=runs/a")
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = json.loads((run / "summary.json").read_text())
+    checkpoint_before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    extended = actorq(cwd, *TINY, *QUIET, "run_dir=runs/a", "actors.total_frames=1200", "ckpt_path=last")
+    after = json.loads((run / "summary.json").read_text())
+    files_after = {path: path.read_bytes() for path in [run / "summary.json", run / "config.yaml",
+                                                     run / "checkpoints" / "last.ckpt"]}
+    again = actorq(cwd, *TINY, *QUIET, "run_dir=runs/a", "actors.total_frames=1200", "ckpt_path=last")
+    return {"cwd": cwd, "run": run, "first": first, "before": before, "checkpoint_before": checkpoint_before,
+            "extended": extended, "after": after, "files_after": files_after, "again": again}
+
+
+def test_a_run_dir_holds_all_of_the_run_and_nothing_is_left_elsewhere(resumed):
+    assert sorted(path.name for path in resumed["cwd"].iterdir()) == ["runs"]
+    assert (resumed["run"] / ".hydra" / "overrides.yaml").is_file()
+    assert {"config.yaml", "summary.json", "tb", "checkpoints"} <= {p.name for p in resumed["run"].iterdir()}
+
+
+def test_resuming_a_finished_run_with_a_larger_budget_continues_it(resumed):
+    before, after = resumed["before"], resumed["after"]
+    assert resumed["extended"].returncode == 0, resumed["extended"].stderr[-3000:]
+    assert before["frames"] >= 600 and after["frames"] >= 1200
+    assert after["learner_steps"] > before["learner_steps"]
+    assert after["eval_history"][:len(before["eval_history"])] == before["eval_history"]
+    assert after["eval_history"][-1][0] == after["frames"] > before["frames"]
+    assert after["wall_clock_s"] > before["wall_clock_s"]  # the time before the resume included
+    frames = torch.load(resumed["run"] / "checkpoints" / "last.ckpt", weights_only=True)["actorq"]["frames"]
+    assert frames == after["frames"]
+
+
+def test_the_extended_run_plans_its_learning_rate_decay_over_the_new_budget(resumed):
+    saved = resumed["checkpoint_before"]["lr_schedulers"][0]["lr_lambdas"][0]["updates"]
+    now = torch.load(resumed["run"] / "checkpoints" / "last.ckpt", weights_only=True)
+    assert now["lr_schedulers"][0]["lr_lambdas"][0]["updates"] > saved
+
+
+def test_resuming_to_a_budget_already_reached_is_one_line_and_touches_nothing(resumed):
+    again = resumed["again"]
+    assert again.returncode == 2, again.stderr[-2000:]
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing is left to resume" in lines[0], again.stderr[-2000:]
+    for path, content in resumed["files_after"].items():
+        assert path.read_bytes() == content, path
+
+
+def test_a_run_without_evaluation_ends_with_a_summary_that_says_why_it_has_no_return(tmp_path):
+    result = actorq(tmp_path, *TINY, *QUIET, "~callbacks.evaluation", "run_dir=run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["final_return"] is None
+    assert "callbacks.evaluation is off" in summary["final_return_reason"]
+    assert "No eval return (callbacks.evaluation is off" in result.stdout
+
+
+def test_no_checkpoint_writes_no_checkpoint_of_any_kind(make_cfg, tmp_path):
+    from actorq.train import train
+
+    summary, _ = train(make_cfg(*TINY, *QUIET, "callbacks=no_checkpoint"))
+    assert summary["status"] == "completed" and summary["final_return"] is not None
+    assert list(tmp_path.rglob("*.ckpt")) == []
+
+
+def test_a_sweep_with_a_bad_job_is_refused_before_any_job_trains(tmp_path):
+    result = actorq(tmp_path, "-m", *TINY, *QUIET, "quant.bits=32,7", "hydra.sweep.dir=sweep")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("actorq: error: sweep job 1 ") and "quant.bits=7" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_with_an_unknown_key_is_one_line(tmp_path):
+    result = actorq(tmp_path, "-m", "seed=0,1", "nope=1", "hydra.sweep.dir=sweep")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "nope" in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
