@@ -22,7 +22,7 @@ QUIET = ("~callbacks.carbon", "trainer.enable_progress_bar=false", "algo.hidden=
 
 
 def actorq(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}
     return subprocess.run([sys.executable, "-m", "actorq", *overrides], cwd=cwd, capture_output=True, text=True,
                           env=env, timeout=300)
 
