@@ -33,14 +33,15 @@ import warnings
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
-from actorq.envs import EnvSpec, make_env, random_observations
+from actorq.agent import learner_from_config, payload_format, read_checkpoint, saved_actors_network
+from actorq.envs import make_env, random_observations
 from actorq.errors import ConfigError
-from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
-from actorq.quant.codecs import registered
+from actorq.quant import QuantizedNetwork, QuantSpec
 from actorq.resume import EXPERIENCE_STATE
+
+__all__ = ["StandalonePolicy", "actors_network", "export", "export_checkpoint", "load_learner", "payload_format"]
 
 METADATA_FILE = "actorq.json"
 
@@ -105,12 +106,8 @@ def load_learner(checkpoint: dict):
     config = (checkpoint.get("datamodule_hyper_parameters") or {}).get("config")
     if config is None:
         raise ConfigError("this checkpoint was not written by actorq (no run config inside)")
-    from actorq.train import build_learner  # the trainer's stack, only for checkpoints
-
-    cfg = OmegaConf.create(config)
-    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
-    learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
-    learner.load_state_dict(checkpoint["state_dict"])
+    learner = learner_from_config(config, checkpoint["state_dict"], "the checkpoint")
+    env = make_env(config["env"]["name"], seed=config["seed"], library=config["env"].get("library"))
     return learner, env
 
 
@@ -121,9 +118,7 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
     if bits is None and quant.bits != 32 and "payload" in state:
-        quantized = QuantizedNetwork.template_for(network, payload_format(quant, network, state["payload"]))
-        quantized.load_payload(state["payload"])
-        return quantized
+        return saved_actors_network(checkpoint, network, "the checkpoint")
     if bits is not None:
         quant = quant.with_bits(bits, mode=quant.mode if bits == 8 else "dynamic")
     elif quant.bits == 32:
@@ -132,31 +127,21 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
     return QuantizedNetwork.from_network(network, quant, calibration)
 
 
-def payload_format(quant: QuantSpec, network: nn.Module, payload: dict) -> QuantSpec:
-    """``quant``, or the same precision in the codec that wrote ``payload``.
-
-    A checkpoint stores its spec as configured (``format: null``), so one written before
-    ``quant.bits=8 mode=static`` kept the output layer in fp32 holds an all-int8 payload
-    (``int8_static``); this finds the codec serving those bits and mode whose payload it is.
-    """
-    layout = TrunkLayout.from_trunk(network.trunk)
-    candidates = [quant] + [dataclasses.replace(quant, format=codec.name) for codec in registered()
-                            if quant.format is None and codec.serves(quant)]
-    for candidate in candidates:
-        if set(candidate.codec.payload_spec(layout, candidate)) == set(payload):
-            return candidate
-    return quant  # load_payload says what does not fit
-
-
 def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | None = None) -> Path:
     """Writes the standalone policy of a checkpoint; returns the path written."""
     path = Path(checkpoint_path)
     if not path.is_file():
         raise ConfigError(f"no checkpoint at {path}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    checkpoint = read_checkpoint(path)
     learner, env = load_learner(checkpoint)
-    network = actors_network(checkpoint, learner, env, bits)
-    return export(network, out, greedy=learner.spec.discrete)
+    try:
+        network = actors_network(checkpoint, learner, env, bits)
+    except ValueError as error:  # a precision QuantSpec refuses, e.g. --bits 1
+        raise ConfigError(f"--bits {bits}: {error}") from error
+    try:
+        return export(network, out, greedy=learner.spec.discrete)
+    except OSError as error:
+        raise ConfigError(f"cannot write {out}: {error.strerror or error}") from error
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,168 @@
+"""Videos of a trained policy: one greedy episode rendered offscreen and written as an mp4.
+
+gymnasium envs render through ``render_mode="rgb_array"`` (CartPole with pygame, MuJoCo
+tasks with MuJoCo), dm_control tasks through ``physics.render``. MuJoCo renders with an
+offscreen OpenGL backend, fixed when ``mujoco`` is first imported: :func:`choose_gl` picks
+one at run time (``MUJOCO_GL`` if set, else the first of EGL and OSMesa that starts here),
+so call it before anything imports MuJoCo; ``python -m actorq.evaluate`` does. The mp4 is
+written with imageio's own ffmpeg binary (``imageio[ffmpeg]``), first to a temporary name,
+then renamed.
+
+Example:
+    >>> needs_gl("CartPole-v1", "gymnasium"), needs_gl("cartpole-balance", "dm_control")
+    (False, True)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from actorq.envs import find_suite, rollout_return
+from actorq.envs.batched import LeanBatchedEnv
+from actorq.envs.dm_control import DMControlSuite
+from actorq.envs.gymnasium import GymnasiumSuite, needs_mujoco
+from actorq.errors import ConfigError
+
+GL_BACKENDS = ("egl", "osmesa")
+GL_PACKAGES = "apt-get install libegl1 libgl1 libegl-mesa0 (EGL) or libosmesa6 (OSMesa)"
+FRAME_SIZE = (240, 320)  # height, width of dm_control frames
+# Starts an offscreen context the way MuJoCo's renderers do, in a fresh process (a failed
+# backend can leave this one unable to try another).
+_PROBE = "import mujoco; context = mujoco.GLContext(16, 16); context.make_current(); context.free()"
+
+
+def needs_gl(env_name: str, library: str | None) -> bool:
+    """Whether rendering ``env_name`` goes through MuJoCo (and so OpenGL), decided without
+    importing dm_control (whose first import fixes its backend)."""
+    if library == DMControlSuite.name:
+        return True
+    import gymnasium
+
+    if env_name in gymnasium.envs.registry:
+        return needs_mujoco(env_name)
+    return library != GymnasiumSuite.name  # a dm_control task, or a suite of one's own
+
+
+def choose_gl() -> str:
+    """MuJoCo's offscreen OpenGL backend for this process: ``MUJOCO_GL`` if set, else the first
+    of ``egl`` and ``osmesa`` that can start a context here, which is then set as
+    ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) for the MuJoCo imported after this call.
+
+    Raises:
+        ConfigError: no backend can start (no EGL or OSMesa library, or no usable device).
+    """
+    chosen = os.environ.get("MUJOCO_GL")
+    if chosen:
+        return chosen
+    for backend in GL_BACKENDS:
+        env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+        try:
+            probe = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            continue
+        if probe.returncode == 0:
+            os.environ["MUJOCO_GL"] = backend
+            os.environ.setdefault("PYOPENGL_PLATFORM", backend)
+            return backend
+    raise ConfigError(f"video: no offscreen OpenGL renderer starts here (tried MUJOCO_GL="
+                      f"{' and '.join(GL_BACKENDS)}); install one: {GL_PACKAGES}")
+
+
+def record(agent, path: str | Path, seed: int, max_steps: int | None = None) -> tuple[Path, int, float]:
+    """Plays one greedy episode of ``agent`` (an :class:`~actorq.agent.Agent`) and writes it as
+    an mp4: the episode ``agent.make_eval_env(episodes, seed)`` plays first, or its first
+    ``max_steps`` steps.
+
+    Returns:
+        The path written, the number of frames and the episode's return.
+    """
+    env_cfg = agent.config.env
+    if needs_gl(env_cfg.name, env_cfg.get("library")):
+        _check_dm_control_backend(choose_gl())
+    raw, frame, fps = _renderable(env_cfg.name, env_cfg.get("library"))
+    frames: list[np.ndarray] = []
+
+    def act(observation):
+        frames.append(frame())  # the state this action is chosen in
+        return agent.act(observation)
+
+    try:
+        env = LeanBatchedEnv(raw, batched=False, seed=seed)
+        [episode_return] = rollout_return(env, act, 1, *([max_steps] if max_steps else []))
+        frames.append(frame())  # the state the episode ended in
+    except ConfigError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the GL stack fails in many ways; say which
+        raise ConfigError(f"video: rendering {env_cfg.name} failed (MUJOCO_GL="
+                          f"{os.environ.get('MUJOCO_GL', 'unset')}): {type(error).__name__}: "
+                          f"{' '.join(str(error).split())[:200]}") from error
+    finally:
+        _close(raw)
+    return write_mp4(frames, path, fps), len(frames), episode_return
+
+
+def write_mp4(frames: list[np.ndarray], path: str | Path, fps: float) -> Path:
+    """Writes ``[H, W, 3]`` uint8 frames as an H.264 mp4 (via a temporary file, then renamed)."""
+    import imageio.v2 as imageio
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial_path = path.with_name(f".{path.name}.part.mp4")
+    try:
+        # macro_block_size=2: keep the frame size (H.264 needs even sizes, not multiples of 16)
+        with imageio.get_writer(partial_path, fps=fps, codec="libx264", macro_block_size=2) as writer:
+            for image in frames:
+                writer.append_data(np.ascontiguousarray(image))
+    except OSError as error:
+        raise ConfigError(f"video: cannot write {path}: {error.strerror or error}") from error
+    partial_path.replace(path)
+    return path
+
+
+def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[], np.ndarray], float]:
+    """One raw env of ``env_name`` that can render, its ``frame()`` and its frames per second."""
+    suite = find_suite(env_name, library)
+    if isinstance(suite, GymnasiumSuite):
+        import gymnasium
+
+        from actorq.envs.batched import GymnasiumEnvs
+
+        if not GymnasiumEnvs.supports(env_name):
+            raise ConfigError(f"video: {env_name} has no flat observation vector; it cannot be recorded")
+        if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws offscreen; no display to find
+        raw = GymnasiumEnvs(env_name, 1, make=partial(gymnasium.make, env_name, render_mode="rgb_array"))
+        env = raw.envs[0]
+        return raw, env.render, float(env.metadata.get("render_fps") or 30)
+    if isinstance(suite, DMControlSuite):
+        raw = suite.make_raw(env_name, 1)
+        env = raw.envs[0]
+        height, width = FRAME_SIZE
+        return raw, partial(env.physics.render, height=height, width=width, camera_id=0), 1 / env.control_timestep()
+    raise ConfigError(f"video: env.library={suite.name} cannot be recorded (gymnasium and dm_control can)")
+
+
+def _check_dm_control_backend(backend: str) -> None:
+    """dm_control fixes its renderer when first imported: it must be ``backend``."""
+    render = sys.modules.get("dm_control._render")
+    if render is not None and render.BACKEND != backend:
+        raise ConfigError(f"video: dm_control was imported with the {render.BACKEND} renderer before "
+                          f"MUJOCO_GL was set; set MUJOCO_GL={backend} before importing actorq")
+
+
+def _close(raw) -> None:
+    """Frees the raw env's renderer now: dm_control's OpenGL context left to interpreter exit
+    prints errors from its render thread."""
+    for env in raw.envs:
+        physics = getattr(env, "physics", None)
+        if physics is not None:
+            physics.free()
+        else:
+            env.close()
