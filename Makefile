@@ -7,7 +7,7 @@ export NO_MKDOCS_2_WARNING := 1
 # present the `torch>=2.13,<2.15` range in pyproject.toml keeps it instead of a CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: run test install install-dev docs bench clean
+.PHONY: run test install install-dev gl-libs docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,20 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed gl-libs
 
-install-dev: $(VENV)/.installed-dev
+install-dev: $(VENV)/.installed-dev gl-libs
+
+# Offscreen OpenGL for videos of MuJoCo tasks (`python -m actorq.evaluate RUN_DIR video=true`):
+# Mesa's EGL, installed with apt-get when neither it nor OSMesa is present and apt-get can run
+# (as root); otherwise a note. Never fails the install.
+GL_PACKAGES := libegl1 libgl1 libegl-mesa0
+gl-libs:
+	@if $$(command -v ldconfig || echo /sbin/ldconfig) -p 2>/dev/null | grep -q -e libEGL_mesa.so -e libOSMesa.so; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $(GL_PACKAGES)) \
+			|| echo "note: apt-get could not install $(GL_PACKAGES); videos of MuJoCo tasks need them"; \
+	else echo "note: videos of MuJoCo tasks need EGL or OSMesa: sudo apt-get install $(GL_PACKAGES)"; fi
 
 # `make run`: the default experiment twice, fp32 and int8 actors (same seed, same budget),
 # then the comparison report (table printed, report.md and plots in the sweep dir).
