@@ -33,6 +33,9 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
 BOOLEANS = ("actors.restart_on_failure", "actors.sync")
 ACTOR_BACKENDS = ("process", "ray")
+# "auto" (actorq.learner_precision) and what lightning.Trainer accepts
+TRAINER_PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
+                      "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64)
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -146,6 +149,10 @@ def check_trainer(cfg: DictConfig) -> None:
     if epochs is not None and epochs != 1:
         raise ConfigError(f"trainer.max_epochs must be 1 (one epoch is the actors' whole frame budget: "
                           f"set actors.total_frames instead), got {epochs!r}")
+    precision = _select(cfg, "trainer.precision")
+    if precision is not None and (isinstance(precision, bool) or precision not in TRAINER_PRECISIONS):
+        raise ConfigError(f"trainer.precision must be auto (the faster of 32-true and bf16-mixed, measured) or "
+                          f"a Lightning precision such as 32-true or bf16-mixed, got {precision!r}")
     devices = _select(cfg, "trainer.devices")
     if devices is not None and (not _is_int(devices) or devices < 1):
         raise ConfigError(f"trainer.devices must be a positive integer (learner ranks), got {devices!r}")

@@ -39,6 +39,7 @@ from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.experience import Experience
+from actorq.learner_precision import resolve_learner_precision
 from actorq.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
 from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
@@ -99,6 +100,9 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
+    learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
+                                                  cfg.trainer.get("accelerator", "auto"))
+    cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below
     callbacks = [build(node) for node in cfg.callbacks.values() if node is not None]
     logger = build(cfg.logger)
     if launched_rank() > 0:
@@ -144,7 +148,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
 
     evaluation = find_callback(callbacks, Evaluation)
     carbon = find_callback(callbacks, CarbonTracker)
-    summary = make_summary(learner, experience, evaluation, wall_clock, carbon)
+    summary = make_summary(learner, experience, evaluation, wall_clock, carbon, learner_precision.summary())
     if interrupted is not None:
         summary["status"] = "interrupted"
     if failed is not None:

@@ -7,9 +7,17 @@ plain ``torch.optim`` optimizers, a plain ``loss.backward()`` and no Trainer. Re
 per second and their ratio (target: >= 0.9). A third side, the bare loop with torch's
 default (foreach) Adam in place of the learners' fused one, shows what the fused kernel gains.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+``--precision auto`` asks another question: does ``trainer.precision=auto``
+(:mod:`actorq.learner_precision`) pick the faster learner here? It times the same learner
+under a real Trainer at ``32-true`` and at ``bf16-mixed`` (interleaved rounds), lets
+``auto`` measure and pick as a run does, and reports auto's updates/s over the faster's
+(target: >= 0.95). Its default learner is ``td3_pendulum_wide``'s (2048x3 actor, 256x2
+critics, batch 64) and a 64-wide one.
+
+Usage (``tests/unit/test_bench_smoke.py`` runs the quick forms)::
 
     python -m actorq.bench learner [--quick] [--out FILE.json]
+    python -m actorq.bench learner --precision auto [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -29,11 +37,13 @@ from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
 from actorq.bench._table import report
 from actorq.envs import EnvSpec
+from actorq.learner_precision import CANDIDATES, choose, time_updates, without_trainer
 from actorq.nstep import nstep_transitions
 from actorq.replay.experience import Arrivals, ExperienceWriter
 from actorq.replay.uniform import UniformReplay
 
 TARGET_RATIO = 0.9
+TARGET_AUTO = 0.95  # --precision auto: auto's updates/s over the faster precision's
 PENDULUM = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
 CARTPOLE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
 
@@ -102,13 +112,17 @@ class SteadyClock(Callback):
         return (self.end_steps - self.start_steps) / (self.end - self.start)
 
 
-def make_learner(algo: str, hidden: int, batch_size: int, seed: int):
+def make_learner(algo: str, hidden: int, batch_size: int, seed: int, layers: int = 2,
+                 critic_hidden: int | None = None):
+    """``layers`` hidden layers of ``hidden`` units (the policy); TD3's two critics have two
+    of ``critic_hidden`` (default ``hidden``)."""
     torch.manual_seed(seed)
     common = dict(batch_size=batch_size, learning_starts=0, update_to_data=1.0)
     if algo == "dqn":
-        return DQN(CARTPOLE, Exploration(0.1), hidden=(hidden, hidden), target_tau=1.0,
+        return DQN(CARTPOLE, Exploration(0.1), hidden=(hidden,) * layers, target_tau=1.0,
                    target_update_period=100, **common), CARTPOLE
-    return TD3(PENDULUM, Exploration(0.1), actor_hidden=(hidden, hidden), critic_hidden=(hidden, hidden),
+    critic = (critic_hidden or hidden,) * 2
+    return TD3(PENDULUM, Exploration(0.1), actor_hidden=(hidden,) * layers, critic_hidden=critic,
                **common), PENDULUM
 
 
@@ -145,27 +159,37 @@ def bare_updates_per_s(learner, experience: list[TensorDict], fused: bool = True
     return (learner.learner_steps - start_steps) / (time.perf_counter() - start)
 
 
-def without_trainer(learner, optimizers: list[torch.optim.Optimizer]) -> None:
-    """Rebinds, on this learner object only, the three Trainer services ``update`` uses."""
-    learner.optimizers = lambda: optimizers if len(optimizers) > 1 else optimizers[0]
-    learner.manual_backward = lambda loss: loss.backward()
-    learner.feed_priorities = lambda sample, td_error: None  # uniform replay: a no-op anyway
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actorq.bench learner", description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", nargs="+", default=["td3", "dqn"], choices=["td3", "dqn"])
-    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256], help="hidden widths")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--batches", type=int, default=6, help="experience batches (first is warm-up)")
-    parser.add_argument("--frames", type=int, default=200, help="frames (= updates) per batch")
+    parser.add_argument("--precision", choices=["auto"], default=None,
+                        help="auto: does trainer.precision=auto pick the faster of 32-true and bf16-mixed here?")
+    parser.add_argument("--algos", nargs="+", default=None, choices=["td3", "dqn"], help="default td3 dqn; auto: td3")
+    parser.add_argument("--hidden", type=int, nargs="+", default=None,
+                        help="hidden widths (default 64 256; --precision auto: 2048 64)")
+    parser.add_argument("--layers", type=int, default=None, help="policy hidden layers (default 2; auto: 3)")
+    parser.add_argument("--critic-hidden", type=int, default=None,
+                        help="TD3 critics' width (default: --hidden; auto: 256)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default 256; auto: 64")
+    parser.add_argument("--batches", type=int, default=None, help="experience batches (first is warm-up; default 6, "
+                        "auto: 3)")
+    parser.add_argument("--frames", type=int, default=None, help="frames (= updates) per batch (default 200; auto: 64)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", default="bench-results/learner.json", help="JSON output ('' for none)")
+    parser.add_argument("--out", default=None, help="JSON output ('' for none; default bench-results/learner.json, "
+                        "auto: bench-results/learner-precision.json)")
     args = parser.parse_args(argv)
+    auto = args.precision == "auto"
+    defaults = dict(algos=["td3"], hidden=[2048, 64], layers=3, critic_hidden=256, batch_size=64, batches=3,
+                    frames=64, out="bench-results/learner-precision.json") if auto else dict(
+        algos=["td3", "dqn"], hidden=[64, 256], layers=2, critic_hidden=None, batch_size=256, batches=6,
+        frames=200, out="bench-results/learner.json")
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
         args.hidden, args.batches, args.frames, args.batch_size, args.rounds = [32], 3, 20, 32, 1
+        args.layers, args.critic_hidden = 2, None
     if args.frames * args.batches < args.batch_size:  # the learner would wait for a batch forever
         parser.error(f"--frames x --batches ({args.frames * args.batches}) must reach --batch-size "
                      f"({args.batch_size}): the learner samples only once the replay holds one batch")
@@ -175,10 +199,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.precision == "auto":
+        return precision_main(args)
     rows = []
     for algo in args.algos:
         for hidden in args.hidden:
-            learner, spec = make_learner(algo, hidden, args.batch_size, seed=0)
+            learner, spec = make_learner(algo, hidden, args.batch_size, seed=0, layers=args.layers,
+                                         critic_hidden=args.critic_hidden)
             experience = fake_experience(spec, args.batches, args.frames)
             bare = lightning = unfused = 0.0
             for _ in range(args.rounds):  # interleaved; each side keeps its best round
@@ -191,6 +218,34 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                          "bare_unfused_adam_updates_per_s": unfused, "fused_adam_gain": bare / unfused})
     report("learner updates/s: Lightning vs bare PyTorch (same losses, networks, batch); "
            "fused Adam vs torch's default", rows, args.out or None)
+    return rows
+
+
+def precision_main(args: argparse.Namespace) -> list[dict]:
+    """``--precision auto``: each precision's updates/s under a real Trainer, and auto's pick."""
+    rows = []
+    for algo in args.algos:
+        for hidden in args.hidden:
+            learner, spec = make_learner(algo, hidden, args.batch_size, seed=0, layers=args.layers,
+                                         critic_hidden=args.critic_hidden)
+            experience = fake_experience(spec, args.batches, args.frames)
+            started = time.perf_counter()
+            timings_ms = time_updates(learner)  # what a run with trainer.precision=auto measures
+            measure_s = time.perf_counter() - started
+            picked, _ = choose(timings_ms)
+            ups = dict.fromkeys(CANDIDATES, 0.0)
+            for _ in range(args.rounds):  # interleaved; each precision keeps its best round
+                for precision in CANDIDATES:
+                    ups[precision] = max(ups[precision],
+                                         lightning_updates_per_s(copy.deepcopy(learner), experience, precision))
+            faster = max(ups, key=ups.__getitem__)
+            rows.append({"algo": algo, "hidden": f"{hidden}x{args.layers}", "batch": args.batch_size,
+                         "fp32_updates_per_s": ups["32-true"], "bf16_updates_per_s": ups["bf16-mixed"],
+                         "faster": faster, "auto_pick": picked, "auto_vs_faster": ups[picked] / ups[faster],
+                         "target": TARGET_AUTO, "auto_fp32_ms": timings_ms["32-true"],
+                         "auto_bf16_ms": timings_ms["bf16-mixed"], "auto_measure_s": measure_s})
+    report("learner updates/s under a Trainer: 32-true vs bf16-mixed, and trainer.precision=auto's pick",
+           rows, args.out or None)
     return rows
 
 

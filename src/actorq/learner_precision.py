@@ -1,0 +1,320 @@
+"""``trainer.precision=auto``: time the learner's update at fp32 and bf16-mixed here, run the faster.
+
+Whether bf16 autocast speeds a learner up depends on the CPU and on the network's width:
+with native bf16 (AVX512-BF16, AMX) a wide MLP's update runs 1.7-3x faster, without it a
+bf16 matmul is emulated and the update can be two orders of magnitude slower. So, as for the
+actors' ``quant.bits=auto`` (:mod:`actorq.quant.auto`), the choice is measured, not guessed:
+a few warm-up and timed updates of a copy of the real learner (its networks, optimizers and
+batch size) on random replay-shaped samples, under each precision's Lightning context.
+``32-true`` is kept unless ``bf16-mixed`` beats it by ``margin``, so ``auto`` is never more
+than ``margin`` slower than the faster of the two.
+
+The timings are cached per device and learner shape (a JSON file in the user's cache
+directory, ``$XDG_CACHE_HOME/actorq/learner_precision.json``; delete it to measure again), so
+only the first run of an experiment on a machine pays the measurement. An explicit
+``bf16-mixed`` on a CPU without native bf16 runs as asked, with one warning giving the
+measured slowdown.
+
+Example:
+    >>> choose({"32-true": 30.0, "bf16-mixed": 10.0})
+    ('bf16-mixed', 'bf16-mixed 10 ms/update vs 32-true 30 ms (3.00x faster)')
+    >>> choose({"32-true": 30.0, "bf16-mixed": 29.0})[0]
+    '32-true'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from tensordict import TensorDict
+
+from actorq.parallel import launched_rank
+from actorq.replay.base import Sample
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+FP32, BF16 = "32-true", "bf16-mixed"
+CANDIDATES = (FP32, BF16)
+BF16_NAMES = (BF16, "bf16")  # Lightning's alias
+# Rank 0 hands its decision to the learner ranks Lightning starts (they inherit its environment).
+RANK_ENV = "ACTORQ_LEARNER_PRECISION"
+CACHE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerPrecision:
+    """The precision the learner runs at, and why (``summary.json``'s ``learner_precision``).
+
+    Attributes:
+        precision: a Lightning precision (``"32-true"``, ``"bf16-mixed"``, ...).
+        choice: ``"auto"`` (measured here) or ``"configured"`` (``trainer.precision`` as given).
+        reason: one line saying why.
+        timings_ms: milliseconds per update of each candidate, where they were measured.
+        cached: whether ``timings_ms`` came from an earlier run's measurement on this machine.
+    """
+
+    precision: str
+    choice: str
+    reason: str
+    timings_ms: dict[str, float] | None = None
+    cached: bool = False
+
+    def summary(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def choose(timings_ms: dict[str, float], margin: float = 0.05) -> tuple[str, str]:
+    """``(precision, reason)``: ``bf16-mixed`` if its update is faster than ``32-true``'s by
+    ``margin``, else ``32-true`` (full precision where bf16 gains little or nothing).
+
+    Example:
+        >>> choose({"32-true": 10.0, "bf16-mixed": 400.0})
+        ('32-true', '32-true 10 ms/update vs bf16-mixed 400 ms (40.00x slower)')
+        >>> choose({"32-true": 10.0, "bf16-mixed": 9.8})
+        ('32-true', '32-true 10 ms/update vs bf16-mixed 9.8 ms (within 5%: full precision kept)')
+    """
+    fp32, bf16 = timings_ms[FP32], timings_ms[BF16]
+    if bf16 <= (1.0 - margin) * fp32:
+        return BF16, f"{BF16} {bf16:.3g} ms/update vs {FP32} {fp32:.3g} ms ({fp32 / bf16:.2f}x faster)"
+    if bf16 < fp32:
+        return FP32, f"{FP32} {fp32:.3g} ms/update vs {BF16} {bf16:.3g} ms (within {margin:.0%}: full precision kept)"
+    return FP32, f"{FP32} {fp32:.3g} ms/update vs {BF16} {bf16:.3g} ms ({bf16 / fp32:.2f}x slower)"
+
+
+def resolve_learner_precision(precision: str | int, learner, accelerator: str = "auto") -> LearnerPrecision:
+    """What ``trainer.precision`` means for this learner here (see the module's docstring).
+
+    Args:
+        precision: ``trainer.precision``: ``"auto"`` or any Lightning precision.
+        learner: the learner, complete (its networks, optimizers and batch size are timed on a
+            copy; the learner itself and the global random state are left untouched).
+        accelerator: ``trainer.accelerator``: where the learner's updates will run.
+
+    Example:
+        >>> resolve_learner_precision("32-true", learner=None).reason
+        'trainer.precision=32-true as configured'
+    """
+    inherited = os.environ.get(RANK_ENV)
+    if launched_rank() > 0 and inherited:  # a learner rank runs rank 0's decision
+        return LearnerPrecision(**json.loads(inherited))
+    decided = _decide(str(precision), learner, accelerator)
+    os.environ[RANK_ENV] = json.dumps(decided.summary())
+    return decided
+
+
+def _decide(precision: str, learner, accelerator: str) -> LearnerPrecision:
+    device = learner_device(accelerator)
+    if precision == AUTO:
+        if device is None:
+            return LearnerPrecision(FP32, AUTO, f"not measured on accelerator {accelerator!r}: {FP32}")
+        timings, cached = cached_timings(learner, device)
+        picked, why = choose(timings)
+        decided = LearnerPrecision(picked, AUTO, f"measured on {device_name(device)}: {why}", timings, cached)
+        log.info("trainer.precision=auto picked %s: %s%s", picked, decided.reason, " (cached)" if cached else "")
+        return decided
+    configured = f"trainer.precision={precision} as configured"
+    if precision in BF16_NAMES and device == "cpu" and native_bf16() is False:
+        timings, cached = cached_timings(learner, device)
+        ratio = timings[BF16] / timings[FP32]
+        log.warning("trainer.precision=%s on a CPU without native bf16 (%s): its update measured %.2fx %s "
+                    "than 32-true (%.3g vs %.3g ms); trainer.precision=auto picks the faster", precision,
+                    device_name(device), ratio if ratio >= 1 else 1 / ratio, "slower" if ratio >= 1 else "faster",
+                    timings[BF16], timings[FP32])
+        return LearnerPrecision(precision, "configured", f"{configured}; no native bf16 on this CPU, "
+                                f"bf16-mixed measured {ratio:.2f}x the time of 32-true", timings, cached)
+    return LearnerPrecision(precision, "configured", configured)
+
+
+def learner_device(accelerator: str) -> str | None:
+    """``"cpu"`` or ``"cuda"``, where ``trainer.accelerator`` puts the learner; ``None`` for
+    other accelerators (not measured)."""
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "cuda"
+    return "cpu" if accelerator in ("auto", "cpu") else None
+
+
+def native_bf16() -> bool | None:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); ``None`` if unknown."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if not all(probes):
+        return None
+    return any(probe() for probe in probes)
+
+
+@functools.cache
+def device_name(device: str) -> str:
+    """The CPU's model name (with its bf16 support) or the GPU's name: part of the cache key."""
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    bf16 = {True: "native bf16", False: "no native bf16", None: "bf16 unknown"}[native_bf16()]
+    return f"{model}, {bf16}"
+
+
+def cached_timings(learner, device: str) -> tuple[dict[str, float], bool]:
+    """``(timings_ms, cached)``: the cached timings of this learner's shape on this device,
+    or fresh ones from :func:`time_updates`, then cached."""
+    key = cache_key(learner, device)
+    path = cache_path()
+    entries = _read_cache(path)
+    if key in entries:
+        return entries[key], True
+    timings = time_updates(learner, device=device)
+    entries[key] = timings
+    with contextlib.suppress(OSError):  # a read-only home: measure again next time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
+        partial.replace(path)
+    return timings, False
+
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "actorq" / "learner_precision.json"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def cache_key(learner, device: str) -> str:
+    """Device, thread count, torch version, algorithm, batch size and every parameter's shape."""
+    shapes = ";".join(f"{name}:{tuple(p.shape)}" for name, p in learner.named_parameters())
+    digest = hashlib.sha1(shapes.encode()).hexdigest()[:12]
+    return (f"v{CACHE_VERSION} {device_name(device)} threads={torch.get_num_threads()} torch={torch.__version__} "
+            f"{type(learner).__name__} batch={learner.batch_size} params={digest}")
+
+
+def time_updates(
+    learner,
+    precisions: tuple[str, ...] = CANDIDATES,
+    device: str = "cpu",
+    updates: int | None = None,
+    rounds: int = 2,
+    max_rounds: int = 10,
+    budget_s: float = 2.0,
+    clear_loss: float = 4.0,
+) -> dict[str, float]:
+    """Milliseconds per update of ``learner`` at each precision (its best cycle's mean).
+
+    Each precision updates its own copy of the learner: untimed warm-up updates until every
+    optimizer has stepped (lazy optimizer state, kernel selection), then at least ``rounds``
+    interleaved rounds of ``updates`` updates (default: two of the algorithm's cycles, TD3's
+    ``policy_delay``), and more, up to ``max_rounds``, while ``budget_s`` lasts. On a shared
+    machine a burst of load slows some updates; each precision keeps its fastest cycle's
+    mean (a cycle: as many updates as TD3's ``policy_delay``, one for the others).
+
+    A precision whose update takes over ``clear_loss`` times the fastest's, and so long that
+    a round of it would spend a quarter of ``budget_s``, is not timed further: an emulated
+    bf16 update of a wide network can take seconds, and nothing that close is left to decide.
+
+    Example:
+        >>> from actorq.algos.base import Exploration
+        >>> from actorq.algos.td3 import TD3
+        >>> from actorq.envs import EnvSpec
+        >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+        >>> learner = TD3(spec, Exploration(0.1), actor_hidden=(16,), critic_hidden=(16,), batch_size=8)
+        >>> sorted(time_updates(learner, rounds=1, max_rounds=1))
+        ['32-true', 'bf16-mixed']
+    """
+    cycle = getattr(learner, "policy_delay", 1)  # updates until every network has stepped once
+    updates = updates or 2 * cycle
+    costly_ms = budget_s * 1e3 / (4 * updates)
+    with torch.random.fork_rng(devices=[] if device == "cpu" else None):  # the run's random stream stays
+        samples = random_samples(learner, count=4, device=device)
+        copies = {name: _detached_copy(learner, device) for name in precisions}
+        contexts = {name: _train_step_context(name, device) for name in precisions}
+        for name in precisions:
+            _run(copies[name], contexts[name], samples, cycle, device)
+        best: dict[str, float] = {}
+        deadline = time.perf_counter() + budget_s
+        for done in range(max(rounds, max_rounds)):
+            if done >= rounds and time.perf_counter() > deadline:
+                break
+            for name in precisions:
+                give_up_above = max(clear_loss * min(best.values(), default=float("inf")), costly_ms)
+                if best.get(name, 0.0) <= give_up_above:
+                    times = _run(copies[name], contexts[name], samples, updates, device, give_up_above)
+                    cycles = [sum(times[i:i + cycle]) / len(times[i:i + cycle]) for i in range(0, len(times), cycle)]
+                    best[name] = min(best.get(name, float("inf")), *cycles)
+    return {name: round(ms, 3) for name, ms in best.items()}
+
+
+def random_samples(learner, count: int, device: str = "cpu") -> list[Sample]:
+    """``count`` replay samples of ``learner.batch_size`` random transitions of its env's shape."""
+    spec, size = learner.spec, learner.batch_size
+    generator = torch.Generator().manual_seed(0)
+
+    def one() -> Sample:
+        if spec.discrete:
+            action = torch.randint(spec.num_actions, (size,), generator=generator)
+        else:
+            low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
+            action = low + (high - low) * torch.rand(size, spec.action_dim, generator=generator)
+        batch = TensorDict({"observation": torch.randn(size, spec.obs_dim, generator=generator), "action": action,
+                            "reward": torch.randn(size, generator=generator),
+                            "next_observation": torch.randn(size, spec.obs_dim, generator=generator),
+                            "discount": torch.full((size,), learner.gamma)}, batch_size=[size])
+        return Sample(batch.to(device), torch.arange(size), torch.ones(size, device=device))
+
+    return [one() for _ in range(count)]
+
+
+def without_trainer(learner, optimizers: list[torch.optim.Optimizer]) -> None:
+    """Rebinds, on this learner object only, the three Trainer services ``update`` uses."""
+    learner.optimizers = lambda: optimizers if len(optimizers) > 1 else optimizers[0]
+    learner.manual_backward = lambda loss: loss.backward()
+    learner.feed_priorities = lambda sample, td_error: None
+
+
+def _detached_copy(learner, device: str):
+    clone = copy.deepcopy(learner).to(device)
+    without_trainer(clone, clone.make_optimizers())
+    return clone
+
+
+def _train_step_context(precision: str, device: str):
+    """Lightning's own context for a training step at ``precision`` (bf16 autocast or none)."""
+    plugin = MixedPrecision(precision, device) if precision.endswith("-mixed") else Precision()
+    return plugin.train_step_context
+
+
+def _run(learner, context, samples: list[Sample], updates: int, device: str,
+         stop_above: float = float("inf")) -> list[float]:
+    """Milliseconds of each of ``updates`` updates made as the learner's loop makes them;
+    fewer once one took over ``stop_above`` ms."""
+    times = []
+    while len(times) < updates and not (times and times[-1] > stop_above):
+        start = time.perf_counter()
+        with context():
+            learner.update(samples[learner.learner_steps % len(samples)])
+        learner.learner_steps += 1
+        if learner.learner_steps % learner.target_update_period == 0:
+            learner.update_targets()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
