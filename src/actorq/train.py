@@ -34,6 +34,7 @@ from actorq.algos.base import check_policy_network
 from actorq.atomic import write_text_atomically
 from actorq.callbacks.carbon import CarbonTracker
 from actorq.callbacks.evaluation import Evaluation
+from actorq.callbacks.progress import FrameProgressBar
 from actorq.checks import check_run_config
 from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 def build(node: DictConfig, **kwargs: Any) -> Any:
     """Instantiates one ``_target_`` node, logging it; bad values become a ``ConfigError``."""
     target = node.get("_target_", "?")
-    log.info("Instantiating <%s>", target)
+    log.debug("Instantiating <%s>", target)
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as error:
@@ -128,7 +129,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
-    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=callbacks, logger=logger,
+    bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
+    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=[*callbacks, *bar], logger=logger,
                     enable_checkpointing=has_checkpoints(callbacks))
 
     interrupted = failed = None

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import importlib
+import importlib.util
 import sys
+from typing import NoReturn
 
 BENCHMARKS = {
     "learner": "Lightning learner vs a bare PyTorch loop: updates per second",
@@ -20,11 +24,38 @@ BENCHMARKS = {
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     available = {name: text for name, text in BENCHMARKS.items() if _exists(name)}
-    if not argv or argv[0] not in available:
-        lines = "\n".join(f"  {name:<10} {text}" for name, text in available.items())
-        print(f"usage: python -m actorq.bench NAME [options]\n\nbenchmarks:\n{lines}", file=sys.stderr)
-        sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
-    importlib.import_module(f"actorq.bench.{argv[0]}").main(argv[1:])
+    if argv[:1] in (["-h"], ["--help"]):
+        _parser(available).print_help()
+        sys.exit(0)
+    if not argv or argv[0].startswith("-"):
+        _error(f"name a benchmark first: {', '.join(available)} (--help describes them)")
+    name = argv[0]
+    if name not in available:
+        close = difflib.get_close_matches(name, available, n=1)
+        _error(f"unknown benchmark {name!r}" + (f" (did you mean {close[0]!r}?)" if close
+                                                 else f"; choose from {', '.join(available)}"))
+    importlib.import_module(f"actorq.bench.{name}").main(argv[1:])
+
+
+def _parser(available: dict[str, str]) -> argparse.ArgumentParser:
+    """The ``--help`` text (the benchmark's own options: ``NAME --help``)."""
+    listing = "\n".join(f"  {name:<10} {text}" for name, text in available.items())
+    return argparse.ArgumentParser(
+        prog="python -m actorq.bench", usage="%(prog)s NAME [options]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Runs one benchmark: prints its table and writes it as JSON\n"
+                    "(--out FILE, default bench-results/NAME.json; --quick: a seconds-long smoke run).\n"
+                    "Each benchmark has its own options: python -m actorq.bench NAME --help.",
+        epilog=f"benchmarks:\n{listing}\n\nexamples:\n"
+               "  python -m actorq.bench learner --quick\n"
+               "  python -m actorq.bench regime --help\n\n"
+               "docs/benchmarks.md describes each benchmark and its measured results.",
+    )
+
+
+def _error(message: str) -> NoReturn:
+    print(f"actorq.bench: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _exists(name: str) -> bool:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import statistics
 
 import lightning as L
@@ -19,6 +20,8 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from actorq.envs import rollout_return
+
+logger = logging.getLogger(__name__)
 
 
 class Evaluation(Callback):
@@ -98,6 +101,9 @@ class Evaluation(Callback):
             mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))
             self.history_quant.append((pl_module.frames, mean_quant))
             metrics["eval/return_mean_quant"] = mean_quant
+        logger.info("eval @ %d frames: return %.1f ± %.1f%s", pl_module.frames, mean, metrics["eval/return_std"],
+                    f" ({experience.quant.describe().split()[0]}: {metrics['eval/return_mean_quant']:.1f})"
+                    if "eval/return_mean_quant" in metrics else "")
         # Straight to the logger, at this evaluation's frame: through pl_module.log_dict the
         # value would be written again at every later step that holds no evaluation.
         if log and trainer.logger is not None:

@@ -1,0 +1,119 @@
+"""The console of a run: a progress bar in env frames, and log lines written above it.
+
+``FrameProgressBar`` is Lightning's tqdm bar counting env frames instead of batches, with the
+frame rate the learner logs (``collect/frames_per_s``) and the last evaluation's return in
+its postfix::
+
+    Training:  40%|████      | 8000/20000 frames [00:21<00:32, frames/s=372, return=-812.4 (int8 -815.0)]
+
+``train()`` adds it to the Trainer's callbacks when ``trainer.enable_progress_bar`` is true.
+``ConsoleHandler`` is the console handler of a run's logging (``conf/hydra/job_logging``):
+a log line (an evaluation, a warning) is written above the bar instead of into it.
+
+Example:
+    >>> bar = FrameProgressBar()
+    >>> bar.postfix({"frames/s": 372, "return": "-812.4 (int8 -815.0)"})
+    'frames/s=372, return=-812.4 (int8 -815.0)'
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L  # imported by the console handler's module on purpose: see conf/hydra/job_logging
+from lightning.pytorch.callbacks import TQDMProgressBar
+from tqdm import tqdm
+from typing_extensions import override
+
+from actorq.callbacks.evaluation import Evaluation
+
+
+class FrameProgressBar(TQDMProgressBar):
+    """Lightning's ``TQDMProgressBar`` over the run's env frames (``actors.total_frames``):
+    the bar's count is the learner's ``frames``, its postfix the frames per second (the
+    learner's ``collect/frames_per_s``: since the first batch of this fit) and the return of
+    the last evaluation (the actors' quantized policy's in brackets). A run without a frame
+    budget (a data module without ``total_frames``) keeps Lightning's count of batches."""
+
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} frames [{elapsed}<{remaining}{postfix}]"
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0):
+        super().__init__(refresh_rate=refresh_rate, process_position=process_position, leave=False)
+        self._in_frames = False
+
+    @override
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        total = getattr(trainer.datamodule, "total_frames", None)
+        self._in_frames = total is not None
+        if not self._in_frames:
+            self.train_progress_bar.bar_format = TQDMProgressBar.BAR_FORMAT
+            super().on_train_epoch_start(trainer, *args)
+            return
+        bar = self.train_progress_bar
+        bar.reset(total=int(total))
+        # A resumed run starts where it stopped; tqdm's rate counts from `initial`.
+        bar.initial = bar.n = bar.last_print_n = trainer.lightning_module.frames
+        bar.set_description("Training")
+
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch: Any, batch_idx: int) -> None:
+        if not self._in_frames:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            return
+        bar = self.train_progress_bar
+        if bar is None or bar.disable or not self._should_update(batch_idx + 1, -1):
+            return
+        bar.n = min(pl_module.frames, bar.total)
+        bar.set_postfix_str(self.postfix(self.get_metrics(trainer, pl_module)), refresh=False)
+        bar.refresh()
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module) -> None:
+        if not self._in_frames:
+            super().on_train_epoch_end(trainer, pl_module)
+            return
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix_str(self.postfix(self.get_metrics(trainer, pl_module)))
+
+    @override
+    def get_metrics(self, trainer: L.Trainer, pl_module) -> dict[str, Any]:
+        """``{"frames/s": int, "return": "R (int8 Q)"}`` for the postfix (what is known yet),
+        then anything logged with ``prog_bar=True``; no logger version."""
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        shown: dict[str, Any] = {}
+        rate = trainer.callback_metrics.get("collect/frames_per_s")
+        if rate is not None:
+            shown["frames/s"] = round(float(rate))
+        evaluation = next((c for c in trainer.callbacks if isinstance(c, Evaluation)), None)
+        if evaluation is not None and evaluation.last is not None:
+            text = f"{evaluation.last:.1f}"
+            if evaluation.last_quant is not None:
+                text += f" ({_short_precision(trainer)} {evaluation.last_quant:.1f})"
+            shown["return"] = text
+        return {**shown, **items}
+
+    @staticmethod
+    def postfix(metrics: dict[str, Any]) -> str:
+        return ", ".join(f"{name}={value}" for name, value in metrics.items())
+
+
+def _short_precision(trainer: L.Trainer) -> str:
+    quant = getattr(trainer.datamodule, "quant", None)
+    return quant.describe().split()[0] if quant is not None else "actors"
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """A ``logging.StreamHandler`` that writes through ``tqdm.write``: an open progress bar
+    is cleared, the line written, the bar drawn again below it."""
+
+    @override
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)

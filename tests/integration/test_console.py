@@ -1,0 +1,48 @@
+"""What ``python -m actorq`` prints: its help, and a run's console (each line once, no
+instantiation log, a progress bar in frames, one line per evaluation)."""
+
+import re
+
+import pytest
+
+from tests.conftest import TINY
+from tests.integration.test_smoke import run_cli
+
+
+def test_help_is_actorqs_own(tmp_path):
+    result = run_cli("--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert out.startswith("actorq: train an off-policy RL agent")
+    assert "powered by Hydra" not in out and "_target_" not in out  # no config dump
+    assert "Usage:" in out and "+experiment=td3_pendulum_wide" not in out  # names, not overrides
+    assert "td3_pendulum_wide" in out and "callbacks  default* | no_checkpoint;" in out
+    assert len(out.splitlines()) < 70
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("console")
+    result = run_cli("+experiment=dqn_cartpole", *TINY, "algo.hidden=[16]", "callbacks=no_checkpoint",
+                     "quant.bits=8", f"run_dir={tmp / 'run'}", cwd=tmp)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.replace("\r", "\n"), result.stderr
+
+
+def test_a_run_prints_each_line_once_and_no_instantiation(console):
+    out, err = console
+    both = out + err
+    assert "Instantiating" not in both
+    assert both.count("GPU available") == 1  # Lightning's INFO lines: once, through the run's logging
+    assert "`Trainer.fit` stopped" in out and both.count("`Trainer.fit` stopped") == 1
+
+
+def test_a_run_shows_frames_and_each_evaluation(console):
+    out, _ = console
+    # TINY: 600 frames, an evaluation every 300 frames.
+    evals = re.findall(r"\[INFO\] eval @ (\d+) frames: return -?[\d.]+ ± [\d.]+ \(int8: -?[\d.]+\)", out)
+    assert evals == ["300", "600"]
+    bars = [line for line in out.splitlines() if line.startswith("Training:")]
+    assert any(re.search(r"\| 600/600 frames \[.*frames/s=\d+, return=-?[\d.]+ \(int8 -?[\d.]+\)\]", bar)
+               for bar in bars), bars[-3:]
+    assert not any(re.search(r"\d+/\d+ \[", bar) for bar in bars)  # never a count of batches
