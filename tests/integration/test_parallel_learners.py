@@ -64,15 +64,15 @@ def test_two_learner_ranks_stay_identical_and_only_rank_zero_writes(tmp_path):
     assert stdout.count("Final eval return") == 1  # rank 1 reports nothing
 
     written = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*") if path.is_file())
+    hydra = [name for name in written if name.startswith(".hydra/") or name.endswith(".log")]
+    assert hydra == [".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "__main__.log",
+                     "train_ddp_process_1.log"]  # Hydra's own output: its config, one log per rank
     events = [name for name in written if name.startswith("tb/events.out.tfevents")]
     assert len(events) == 1, written
-    assert set(written) - set(events) == {"config.yaml", "summary.json", "tb/hparams.yaml",
-                                          "checkpoints/frames=600.ckpt", "checkpoints/frames=1200.ckpt",
-                                          "checkpoints/last.ckpt"}
-    [hydra_dir] = tmp_path.glob("outputs/*/*")  # Hydra's own folder: its config, and one log per rank
-    assert sorted(str(path.relative_to(hydra_dir)) for path in hydra_dir.rglob("*") if path.is_file()) == [
-        ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "__main__.log",
-        "train_ddp_process_1.log"]
+    assert set(written) - set(events) - set(hydra) == {
+        "config.yaml", "summary.json", "tb/hparams.yaml", "checkpoints/frames=600.ckpt",
+        "checkpoints/frames=1200.ckpt", "checkpoints/last.ckpt"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]  # nothing outside the run dir
     curves = scalars(run_dir / "tb", lambda name: name.startswith("events"))
     assert curves["train/loss_value"] and len(curves["eval/return_mean"]) == 2
     assert not still_running(process for process, _ in children.values())
