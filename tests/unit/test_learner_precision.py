@@ -142,8 +142,12 @@ def test_learner_ranks_run_rank_zeros_decision(given, monkeypatch):
     assert lp.resolve_learner_precision("auto", td3(), accelerator="cpu") == rank0 and not calls
 
 
-def test_measurement_times_both_and_leaves_the_learner_and_random_state_alone():
-    learner = DQN(EnvSpec(obs_dim=4, discrete=True, num_actions=2), Exploration(0.1), hidden=(16,), batch_size=8)
+@pytest.mark.parametrize("algo", ["td3", "dqn"])
+def test_measurement_times_both_and_leaves_the_learner_and_random_state_alone(algo):
+    """TD3's target smoothing noise draws from the global generator: a run measured by auto
+    must see the same random stream as one at an explicit precision."""
+    learner = td3() if algo == "td3" else DQN(EnvSpec(obs_dim=4, discrete=True, num_actions=2), Exploration(0.1),
+                                               hidden=(16,), batch_size=8)
     weights = {name: p.clone() for name, p in learner.named_parameters()}
     torch.manual_seed(0)
     expected = torch.rand(3)
@@ -181,3 +185,16 @@ def test_precision_benchmark_quick_run_writes_its_table(tmp_path):
     assert row["faster"] == max(ups, key=ups.__getitem__)
     assert row["auto_vs_faster"] == pytest.approx(ups[row["auto_pick"]] / ups[row["faster"]])
     assert row["auto_pick"] == lp.choose({"32-true": row["auto_fp32_ms"], "bf16-mixed": row["auto_bf16_ms"]})[0]
+
+
+def test_precision_benchmark_reports_autos_pick_against_the_faster(monkeypatch, tmp_path):
+    """Given timings: auto's short measurement picks 32-true, the Trainer runs say bf16-mixed
+    is twice as fast, so the row says auto reached 0.5 of the faster."""
+    from actorq.bench import learner as bench
+
+    monkeypatch.setattr(bench, "time_updates", lambda learner: {"32-true": 10.0, "bf16-mixed": 20.0})
+    monkeypatch.setattr(bench, "lightning_updates_per_s",
+                        lambda learner, experience, precision: {"32-true": 100.0, "bf16-mixed": 200.0}[precision])
+    (row,) = bench.main(["--precision", "auto", "--quick", "--out", ""])
+    assert (row["auto_pick"], row["faster"], row["auto_vs_faster"]) == ("32-true", "bf16-mixed", 0.5)
+    assert (row["fp32_updates_per_s"], row["bf16_updates_per_s"]) == (100.0, 200.0)
