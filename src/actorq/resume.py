@@ -102,17 +102,16 @@ def extend_to_budget(checkpoint: dict, total_frames: int, planned_updates: int) 
     new budget's ``planned_updates`` (the rate continues from where that plan is now).
 
     Example:
-        >>> state = {"total": {"ready": 1, "started": 1, "processed": 1, "completed": 0}}
-        >>> state["current"] = dict(state["total"])
-        >>> checkpoint = {"actorq": {"frames": 2048}, "lr_schedulers": [
-        ...     {"lr_lambdas": [{"updates": 500, "final_fraction": 0.0}]}],
-        ...     "loops": {"fit_loop": {"epoch_progress": state,
-        ...                            "epoch_loop.batch_progress": {"is_last_batch": True}}}}
+        >>> progress = {"ready": 1, "started": 1, "processed": 1, "completed": 0}
+        >>> batches = {"is_last_batch": True}
+        >>> loops = {"epoch_progress": {"total": dict(progress), "current": progress},
+        ...          "epoch_loop.batch_progress": batches}
+        >>> decay = {"updates": 500, "final_fraction": 0.0}  # a LinearDecay's saved state
+        >>> checkpoint = {"actorq": {"frames": 2048}, "lr_schedulers": ({"lr_lambdas": (decay,)},),
+        ...               "loops": {"fit_loop": loops}}
         >>> extend_to_budget(checkpoint, total_frames=3000, planned_updates=900)
-        >>> state["current"]["processed"], checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
-        (0, {'is_last_batch': False})
-        >>> checkpoint["lr_schedulers"][0]["lr_lambdas"]
-        [{'updates': 900, 'final_fraction': 0.0}]
+        >>> progress.get("processed"), batches.get("is_last_batch"), decay.get("updates")
+        (0, False, 900)
     """
     for scheduler in checkpoint.get("lr_schedulers", []):
         for decay in scheduler.get("lr_lambdas") or []:
