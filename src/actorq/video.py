@@ -33,9 +33,16 @@ from actorq.errors import ConfigError
 GL_BACKENDS = ("egl", "osmesa")
 GL_PACKAGES = "apt-get install libegl1 libgl1 libegl-mesa0 (EGL) or libosmesa6 (OSMesa)"
 FRAME_SIZE = (240, 320)  # height, width of dm_control frames
-# Starts an offscreen context the way MuJoCo's renderers do, in a fresh process (a failed
-# backend can leave this one unable to try another).
-_PROBE = "import mujoco; context = mujoco.GLContext(16, 16); context.make_current(); context.free()"
+# Starts an offscreen context and MuJoCo's renderer in it, in a fresh process (a failed
+# backend can leave this one unable to try another). The renderer is the test: GLFW without a
+# display only warns when its context fails, and MjrContext then raises.
+_PROBE = """
+import mujoco
+context = mujoco.GLContext(16, 16)
+context.make_current()
+mujoco.MjrContext(mujoco.MjModel.from_xml_string("<mujoco/>"), mujoco.mjtFontScale.mjFONTSCALE_100).free()
+context.free()
+"""
 
 
 def needs_gl(env_name: str, library: str | None) -> bool:
@@ -60,19 +67,26 @@ def choose_gl() -> str:
     """
     chosen = os.environ.get("MUJOCO_GL")
     if chosen:
+        if not _starts(chosen):
+            raise ConfigError(f"video: MUJOCO_GL={chosen} cannot open an offscreen OpenGL context here; unset it "
+                              f"to let actorq try {' and '.join(GL_BACKENDS)}, or install one: {GL_PACKAGES}")
         return chosen
     for backend in GL_BACKENDS:
-        env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
-        try:
-            probe = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=120)
-        except subprocess.TimeoutExpired:
-            continue
-        if probe.returncode == 0:
+        if _starts(backend):
             os.environ["MUJOCO_GL"] = backend
             os.environ.setdefault("PYOPENGL_PLATFORM", backend)
             return backend
     raise ConfigError(f"video: no offscreen OpenGL renderer starts here (tried MUJOCO_GL="
                       f"{' and '.join(GL_BACKENDS)}); install one: {GL_PACKAGES}")
+
+
+def _starts(backend: str) -> bool:
+    """Whether MuJoCo can open an offscreen context with ``backend``, tried in a fresh process."""
+    env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": os.environ.get("PYOPENGL_PLATFORM", backend)}
+    try:
+        return subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=120).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def record(agent, path: str | Path, seed: int, max_steps: int | None = None) -> tuple[Path, int, float]:

@@ -117,6 +117,18 @@ def test_evaluate_records_a_dm_control_task_offscreen(balance, tmp_path):
     assert frames.shape == (21, 240, 320, 3) and frames.std() > 0
 
 
+def test_no_offscreen_renderer_is_one_line_and_exit_2(balance, capsys, monkeypatch):
+    """GLFW needs a display: with none, MUJOCO_GL=glfw cannot render, and the command says so
+    before it loads anything."""
+    run_dir, _ = balance
+    for name in ("DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    code, out, err = run_main(capsys, evaluate, run_dir, "video=true")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("actorq.evaluate: error: video: MUJOCO_GL=glfw cannot open an offscreen OpenGL context"), err
+
+
 def test_load_acts_greedily_on_numpy_and_tensor_observations(cartpole):
     agent = actorq.load(cartpole, ckpt="last")
     env_obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float64)
