@@ -119,7 +119,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         check_checkpoint(checkpoint, resume_from, config, learner, quant)
         del checkpoint  # Lightning reads it again (weights_only) when it restores the run
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomically(run_dir / "config.yaml", config_yaml(cfg))
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
         if resume_from is None:  # a resumed run's curves already start with it
@@ -284,6 +284,16 @@ def collect_counts(experience: Experience) -> dict:
         "unused_frames": actors.unused_frames if actors is not None else None,
         "actor_restarts": actors.restarts if actors is not None else None,
     }
+
+
+def config_yaml(cfg: DictConfig) -> str:
+    """The run's ``config.yaml``: its config resolved, headed by the ``+experiment=NAME`` it was
+    composed from, where Hydra ran it (the report groups runs by it)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    experiment = HydraConfig.get().runtime.choices.get("experiment") if HydraConfig.initialized() else None
+    return text if experiment is None else f"experiment: {experiment}\n{text}"
 
 
 def describe_result(summary: dict) -> str:

@@ -33,15 +33,17 @@ def resumed(tmp_path_factory):
     frames; then a resume to the 1200 frames it already has."""
     cwd = tmp_path_factory.mktemp("first_week")
     run = cwd / "runs" / "a"
-    first = actorq(cwd, *TINY, *QUIET, "run_dir=runs/a")
+    first = actorq(cwd, "+experiment=dqn_cartpole", *TINY, *QUIET, "run_dir=runs/a")
     assert first.returncode == 0, first.stderr[-2000:]
     before = json.loads((run / "summary.json").read_text())
     checkpoint_before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    extended = actorq(cwd, *TINY, *QUIET, "run_dir=runs/a", "actors.total_frames=1200", "ckpt_path=last")
+    extended = actorq(cwd, "+experiment=dqn_cartpole", *TINY, *QUIET, "run_dir=runs/a", "actors.total_frames=1200",
+                      "ckpt_path=last")
     after = json.loads((run / "summary.json").read_text())
     files_after = {path: path.read_bytes() for path in [run / "summary.json", run / "config.yaml",
                                                      run / "checkpoints" / "last.ckpt"]}
-    again = actorq(cwd, *TINY, *QUIET, "run_dir=runs/a", "actors.total_frames=1200", "ckpt_path=last")
+    again = actorq(cwd, "+experiment=dqn_cartpole", *TINY, *QUIET, "run_dir=runs/a", "actors.total_frames=1200",
+                   "ckpt_path=last")
     return {"cwd": cwd, "run": run, "first": first, "before": before, "checkpoint_before": checkpoint_before,
             "extended": extended, "after": after, "files_after": files_after, "again": again}
 
@@ -49,6 +51,7 @@ def resumed(tmp_path_factory):
 def test_a_run_dir_holds_all_of_the_run_and_nothing_is_left_elsewhere(resumed):
     assert sorted(path.name for path in resumed["cwd"].iterdir()) == ["runs"]
     assert (resumed["run"] / ".hydra" / "overrides.yaml").is_file()
+    assert (resumed["run"] / "config.yaml").read_text().startswith("experiment: dqn_cartpole\n")
     assert {"config.yaml", "summary.json", "tb", "checkpoints"} <= {p.name for p in resumed["run"].iterdir()}
 
 
