@@ -222,10 +222,10 @@ def time_updates(
 
     Each precision updates its own copy of the learner: untimed warm-up updates until every
     optimizer has stepped (lazy optimizer state, kernel selection), then at least ``rounds``
-    interleaved rounds of ``updates`` updates (default: two of the algorithm's cycles, TD3's
-    ``policy_delay``), and more, up to ``max_rounds``, while ``budget_s`` lasts. On a shared
-    machine a burst of load slows some updates; each precision keeps its fastest cycle's
-    mean (a cycle: as many updates as TD3's ``policy_delay``, one for the others).
+    interleaved rounds of ``updates`` updates (default: one of the algorithm's cycles, as many
+    updates as TD3's ``policy_delay``, one for the others), and more, up to ``max_rounds``,
+    while ``budget_s`` lasts. On a shared machine a burst of load slows some updates; each
+    precision keeps its fastest cycle's mean.
 
     A precision whose update takes over ``clear_loss`` times the fastest's, and so long that
     a round of it would spend a quarter of ``budget_s``, is not timed further: an emulated
@@ -241,7 +241,7 @@ def time_updates(
         ['32-true', 'bf16-mixed']
     """
     cycle = getattr(learner, "policy_delay", 1)  # updates until every network has stepped once
-    updates = updates or 2 * cycle
+    updates = updates or cycle
     costly_ms = budget_s * 1e3 / (4 * updates)
     with torch.random.fork_rng(devices=[] if device == "cpu" else None):  # the run's random stream stays
         samples = random_samples(learner, count=4, device=device)
