@@ -25,7 +25,6 @@ With a run trained by ``python -m actorq ... run_dir=RUN_DIR``::
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from actorq.envs.batched import make_batched_env
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
 from actorq.quant.codecs import registered
-from actorq.resume import EXPERIENCE_STATE, LAST, check_shapes
+from actorq.resume import EXPERIENCE_STATE, LAST, check_shapes, read_checkpoint
 
 CONFIG_FILE = "config.yaml"
 LEARNER, QUANTIZED = "learner", "quantized"
@@ -156,21 +155,6 @@ def find_checkpoint_file(run_dir: Path, ckpt: str | Path) -> Path:
         listing = f"; {folder} has {', '.join(saved)}" if saved else f"; {run_dir} has no checkpoints"
         raise ConfigError(f"ckpt={ckpt}: no checkpoint at {path}{listing}")
     return path
-
-
-def read_checkpoint(path: Path) -> dict:
-    """A Lightning checkpoint's contents, read with ``weights_only=True``; a damaged, unsafe or
-    foreign file is a ``ConfigError``."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise ConfigError(f"{path}: not a readable checkpoint: it holds more than tensors and plain "
-                          "containers, which weights_only loading refuses") from error
-    except Exception as error:  # noqa: BLE001 - any other failure to read: a damaged file
-        raise ConfigError(f"{path}: not a readable checkpoint (truncated or damaged?): {_short(error)}") from error
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise ConfigError(f"{path}: not a Lightning checkpoint (no state_dict inside)")
-    return checkpoint
 
 
 def learner_from_config(config: DictConfig | dict, state_dict: dict, source: Path | str):

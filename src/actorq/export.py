@@ -35,11 +35,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from actorq.agent import learner_from_config, payload_format, read_checkpoint, saved_actors_network
+from actorq.agent import learner_from_config, payload_format, saved_actors_network
 from actorq.envs import make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
-from actorq.resume import EXPERIENCE_STATE
+from actorq.resume import EXPERIENCE_STATE, read_checkpoint
 
 __all__ = ["StandalonePolicy", "actors_network", "export", "export_checkpoint", "load_learner", "payload_format"]
 

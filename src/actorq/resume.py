@@ -50,19 +50,31 @@ def find_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
     return path
 
 
-def load_checkpoint(path: Path) -> dict:
-    """The checkpoint's contents, memory-mapped (a large replay is not read until used) and
-    with ``weights_only=True``; an unreadable or unsafe file is a ``ConfigError``."""
+def read_checkpoint(path: Path, label: str | None = None, mmap: bool = False) -> dict:
+    """A Lightning checkpoint's contents, read with ``weights_only=True`` (tensors and plain
+    containers, never code); a damaged, unsafe or foreign file is a one-line ``ConfigError``
+    that starts with ``label`` (default: the path). ``mmap``: tensors are read when used."""
+    label = label or str(path)
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         refused = [line for line in str(error).splitlines() if "GLOBAL" in line]
-        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint: it holds more than tensors and plain "
+        raise ConfigError(f"{label}: not a readable checkpoint: it holds more than tensors and plain "
                           f"containers, which weights_only loading refuses ({(refused or ['?'])[0][:150]})") from error
     except Exception as error:  # noqa: BLE001 - any other failure to read: a damaged file
-        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or damaged?): "
+        raise ConfigError(f"{label}: not a readable checkpoint (truncated or damaged?): "
                           f"{type(error).__name__}: {' '.join(str(error).split())[:150]}") from error
-    if not isinstance(checkpoint, dict) or not {"state_dict", "pytorch-lightning_version"} <= checkpoint.keys():
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise ConfigError(f"{label}: not a Lightning checkpoint (no state_dict inside)")
+    return checkpoint
+
+
+def load_checkpoint(path: Path) -> dict:
+    """The checkpoint a run resumes from (:func:`read_checkpoint`, memory-mapped, so a large
+    replay is not read until used); one without the optimizer and loop states a resume needs
+    is a ``ConfigError``."""
+    checkpoint = read_checkpoint(path, label=f"ckpt_path={path}", mmap=True)
+    if "pytorch-lightning_version" not in checkpoint:
         raise ConfigError(f"ckpt_path={path}: not a Lightning checkpoint (no state_dict and version inside)")
     if not {"optimizer_states", "loops"} <= checkpoint.keys():
         raise ConfigError(f"ckpt_path={path}: a weights-only checkpoint (no optimizer and loop states) "
