@@ -40,6 +40,7 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from tensordict import TensorDict
 
+from actorq.atomic import write_text_atomically
 from actorq.parallel import launched_rank
 from actorq.replay.base import Sample
 
@@ -156,15 +157,18 @@ def native_bf16() -> bool | None:
 
 @functools.cache
 def device_name(device: str) -> str:
-    """The CPU's model name (with its bf16 support) or the GPU's name: part of the cache key."""
+    """The CPU's model (name, family and model number: virtual machines often name only the
+    vendor) with its bf16 support, or the GPU's name: part of the cache key."""
     if device == "cuda":
         return torch.cuda.get_device_name()
-    model = platform.processor() or platform.machine()
+    fields = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip(), value.strip())
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields:
+        model += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
     bf16 = {True: "native bf16", False: "no native bf16", None: "bf16 unknown"}[native_bf16()]
     return f"{model}, {bf16}"
 
@@ -175,15 +179,14 @@ def cached_timings(learner, device: str) -> tuple[dict[str, float], bool]:
     key = cache_key(learner, device)
     path = cache_path()
     entries = _read_cache(path)
-    if key in entries:
-        return entries[key], True
+    cached = entries.get(key)
+    if isinstance(cached, dict) and all(isinstance(cached.get(name), (int, float)) for name in CANDIDATES):
+        return cached, True
     timings = time_updates(learner, device=device)
     entries[key] = timings
     with contextlib.suppress(OSError):  # a read-only home: measure again next time
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        partial.replace(path)
+        write_text_atomically(path, json.dumps(entries, indent=1, sort_keys=True))
     return timings, False
 
 

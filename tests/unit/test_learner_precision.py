@@ -198,3 +198,12 @@ def test_precision_benchmark_reports_autos_pick_against_the_faster(monkeypatch, 
     (row,) = bench.main(["--precision", "auto", "--quick", "--out", ""])
     assert (row["auto_pick"], row["faster"], row["auto_vs_faster"]) == ("32-true", "bf16-mixed", 0.5)
     assert (row["fp32_updates_per_s"], row["bf16_updates_per_s"]) == (100.0, 200.0)
+
+
+def test_a_cache_entry_without_both_timings_is_measured_again(given):
+    calls = given({"32-true": 30.0, "bf16-mixed": 10.0})
+    learner = td3()
+    lp.cache_path().parent.mkdir(parents=True)
+    lp.cache_path().write_text(json.dumps({lp.cache_key(learner, "cpu"): {"32-true": 30.0}}))
+    assert lp.resolve_learner_precision("auto", learner, accelerator="cpu").timings_ms["bf16-mixed"] == 10.0
+    assert len(calls) == 1
