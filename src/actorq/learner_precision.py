@@ -217,8 +217,8 @@ def time_updates(
     device: str = "cpu",
     updates: int | None = None,
     rounds: int = 2,
-    max_rounds: int = 10,
-    budget_s: float = 2.0,
+    max_rounds: int = 20,
+    budget_s: float = 3.0,
     clear_loss: float = 4.0,
 ) -> dict[str, float]:
     """Milliseconds per update of ``learner`` at each precision (its best cycle's mean).
