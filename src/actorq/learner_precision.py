@@ -42,6 +42,7 @@ from tensordict import TensorDict
 
 from actorq.atomic import write_text_atomically
 from actorq.parallel import launched_rank
+from actorq.quant.timing import single_thread
 from actorq.replay.base import Sample
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ CANDIDATES = (FP32, BF16)
 BF16_NAMES = (BF16, "bf16")  # Lightning's alias
 # Rank 0 hands its decision to the learner ranks Lightning starts (they inherit its environment).
 RANK_ENV = "ACTORQ_LEARNER_PRECISION"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,10 +205,10 @@ def _read_cache(path: Path) -> dict:
 
 
 def cache_key(learner, device: str) -> str:
-    """Device, thread count, torch version, algorithm, batch size and every parameter's shape."""
+    """Device, torch version, algorithm, batch size and every parameter's shape."""
     shapes = ";".join(f"{name}:{tuple(p.shape)}" for name, p in learner.named_parameters())
     digest = hashlib.sha1(shapes.encode()).hexdigest()[:12]
-    return (f"v{CACHE_VERSION} {device_name(device)} threads={torch.get_num_threads()} torch={torch.__version__} "
+    return (f"v{CACHE_VERSION} {device_name(device)} torch={torch.__version__} "
             f"{type(learner).__name__} batch={learner.batch_size} params={digest}")
 
 
@@ -230,6 +231,11 @@ def time_updates(
     while ``budget_s`` lasts. On a shared machine a burst of load slows some updates; each
     precision keeps its fastest cycle's mean.
 
+    On a CPU it runs on one thread, whatever the learner's thread count: the question is
+    which kernels are faster, and a multi-threaded timing on a busy machine mostly measures
+    the other jobs' scheduling, which stretches both precisions' updates alike and pushes
+    their ratio towards 1 (docs/benchmarks.md, learner precision).
+
     A precision whose update takes over ``clear_loss`` times the fastest's, and so long that
     a round of it would spend a quarter of ``budget_s``, is not timed further: an emulated
     bf16 update of a wide network can take seconds, and nothing that close is left to decide.
@@ -246,7 +252,8 @@ def time_updates(
     cycle = getattr(learner, "policy_delay", 1)  # updates until every network has stepped once
     updates = updates or cycle
     costly_ms = budget_s * 1e3 / (4 * updates)
-    with torch.random.fork_rng(devices=[] if device == "cpu" else None):  # the run's random stream stays
+    threads = single_thread() if device == "cpu" else contextlib.nullcontext()
+    with threads, torch.random.fork_rng(devices=[] if device == "cpu" else None):  # the run's random stream stays
         samples = random_samples(learner, count=4, device=device)
         copies = {name: _detached_copy(learner, device) for name in precisions}
         contexts = {name: _train_step_context(name, device) for name in precisions}
