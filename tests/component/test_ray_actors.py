@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 import pytest
 import ray
-import torch
 
 from actorq.actors.ray_pool import RayActorPool
 from actorq.train import train
