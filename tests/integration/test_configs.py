@@ -4,6 +4,7 @@ from importlib import resources
 
 import pytest
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from actorq.envs import EnvSpec, make_env, suites
 from actorq.envs.gymnasium import mujoco_available, needs_mujoco
@@ -20,15 +21,29 @@ def experiments():
     return options("experiment")
 
 
-def test_the_default_experiment_exists():
-    assert "dqn_cartpole" in experiments()
+def test_the_default_run_is_dqn_on_cartpole_as_its_experiment_says(make_cfg):
+    default, experiment = make_cfg(), make_cfg("+experiment=dqn_cartpole")
+    assert default.algo._target_ == "actorq.algos.dqn.DQN" and default.algo.double is True
+    assert (default.env.name, default.env.library) == ("CartPole-v1", "gymnasium")
+    assert experiment.algo._target_ == default.algo._target_ and experiment.env == default.env
+    assert experiment.actors.total_frames == 50000  # what the experiment file sets
+
+
+def own_keys(group: str, option: str) -> dict:
+    """What an option's file itself sets (its defaults list aside), read without Hydra."""
+    own = OmegaConf.to_container(OmegaConf.load(CONF.joinpath(group, f"{option}.yaml")), resolve=False)
+    own.pop("defaults", None)
+    return own
 
 
 @pytest.mark.parametrize("group", GROUPS)
-def test_every_group_option_composes(make_cfg, group):
+def test_every_group_option_composes_to_what_its_file_sets(make_cfg, group):
     for option in options(group):
-        cfg = make_cfg(f"{group}={option}")
-        assert cfg[group] is not None
+        composed = OmegaConf.to_container(make_cfg(f"{group}={option}")[group], resolve=False)
+        own = own_keys(group, option)
+        assert own, f"{group}/{option}.yaml sets nothing"
+        for key, value in own.items():
+            assert composed[key] == value, f"{group}={option}: {key} is {composed[key]!r}, its file says {value!r}"
 
 
 @pytest.mark.parametrize("name", experiments())
