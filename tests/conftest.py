@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
+
+from actorq.learner_precision import CACHE_DIR_ENV
+
+
+def pytest_configure(config):
+    """Measurements actorq caches (``trainer.precision=auto``'s timings) go to a folder of this
+    test session, inherited by the runs it starts: the user's cache is never read or written."""
+    os.environ[CACHE_DIR_ENV] = tempfile.mkdtemp(prefix="actorq-test-cache-")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -10,7 +10,8 @@ batch size) on random replay-shaped samples, under each precision's Lightning co
 than ``margin`` slower than the faster of the two.
 
 The timings are cached per device and learner shape (a JSON file in the user's cache
-directory, ``$XDG_CACHE_HOME/actorq/learner_precision.json``; delete it to measure again), so
+directory, ``$XDG_CACHE_HOME/actorq/learner_precision.json``, or ``$ACTORQ_CACHE_DIR``; delete
+it to measure again), so
 only the first run of an experiment on a machine pays the measurement. An explicit
 ``bf16-mixed`` on a CPU without native bf16 runs as asked, with one warning giving the
 measured slowdown.
@@ -191,9 +192,14 @@ def cached_timings(learner, device: str) -> tuple[dict[str, float], bool]:
     return timings, False
 
 
+CACHE_DIR_ENV = "ACTORQ_CACHE_DIR"  # where actorq keeps measurements; default: the user's cache dir
+
+
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "actorq" / "learner_precision.json"
+    """``$ACTORQ_CACHE_DIR/learner_precision.json``, else under ``$XDG_CACHE_HOME/actorq`` (or
+    ``~/.cache/actorq``)."""
+    base = os.environ.get(CACHE_DIR_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "actorq"
+    return Path(base) / "learner_precision.json"
 
 
 def _read_cache(path: Path) -> dict:

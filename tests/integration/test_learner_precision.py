@@ -8,7 +8,7 @@ from tests.conftest import TINY
 
 
 def test_auto_precision_is_measured_run_and_recorded(make_cfg, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # measured here, not read from a cache
+    monkeypatch.setenv("ACTORQ_CACHE_DIR", str(tmp_path / "cache"))  # measured here, not read from a cache
     cfg = make_cfg("+experiment=td3_pendulum", *TINY, "algo.actor_hidden=[32]", "algo.critic_hidden=[32]",
                    "actors.num_workers=1", "callbacks=no_checkpoint", "trainer.precision=auto")
     summary, objects = train(cfg)
@@ -19,5 +19,5 @@ def test_auto_precision_is_measured_run_and_recorded(make_cfg, tmp_path, monkeyp
     assert recorded["precision"] == choose(recorded["timings_ms"])[0] and "ms/update" in recorded["reason"]
     assert objects["trainer"].precision == recorded["precision"]  # the learner ran what the summary says
     assert summary["learner_steps"] > 0
-    cache = json.loads((tmp_path / "cache" / "actorq" / "learner_precision.json").read_text())
+    cache = json.loads((tmp_path / "cache" / "learner_precision.json").read_text())
     assert list(cache.values()) == [recorded["timings_ms"]]  # the timings this run measured

@@ -31,7 +31,7 @@ def td3(width: int = 16, batch_size: int = 8) -> TD3:
 @pytest.fixture
 def given(monkeypatch, tmp_path):
     """Replaces the measurement with given timings; counts the calls; a fresh cache dir."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("ACTORQ_CACHE_DIR", str(tmp_path / "actorq"))
     monkeypatch.delenv(lp.RANK_ENV, raising=False)  # restored after the test
     calls = []
 
