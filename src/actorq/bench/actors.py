@@ -28,7 +28,7 @@ Each row also shows the ceiling and where the time goes, per frame:
 TorchRL's own ``Collector.rollout``) and ``old`` (TorchRL's transform stack per env, a
 ``SerialEnv`` for several, TorchRL's rollout). ``vs_old`` is against ``old``.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
     python -m actorq.bench actors [--quick] [--old-path] [--widths 64 2048] [--envs 1 16]
         [--out FILE.json]

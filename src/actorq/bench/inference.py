@@ -6,7 +6,7 @@ every layer in int8 (``quant.format=int8_static``) vs int8 dynamic, and what
 ``quant.bits=auto`` picks for that width and batch (measured again here next to the others).
 Ratios are speedups over fp32.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/unit/test_quant_auto.py`` runs the quick form)::
 
     python -m actorq.bench inference [--quick] [--out FILE.json]
 """

@@ -4,7 +4,7 @@ Runs each reference experiment with ``quant.bits=32`` and ``quant.bits=8`` (same
 one after the other in this process) and prints final eval return (of the learner's fp32
 policy and of the int8 policy the actors ran), frames and wall-clock side by side.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
     python -m actorq.bench learning [--quick] [--out FILE.json]
 """

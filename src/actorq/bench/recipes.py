@@ -7,7 +7,7 @@ the same greedy episodes (the evaluation env's seed, ``seed + 10000``, as
 :class:`~actorq.callbacks.evaluation.Evaluation` uses). A recipe passes where its return is
 within 5% of the fp32 network's (``eval/return_mean_quant`` vs ``eval/return_mean``).
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
     python -m actorq.bench recipes [--experiments ...] [--seeds 0 1 2] [--episodes 10]
         [--runs-dir DIR] [--quick] [--out FILE.json]

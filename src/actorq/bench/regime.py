@@ -20,7 +20,7 @@ measures both sides here, for TD3 on ``--env`` (cheetah-run) with a ``W x W x W`
    ``collect/frames`` curve after learning starts) give the measured speedup beside the
    predicted one.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
     python -m actorq.bench regime [--quick] [--widths 256 1024 2048]
         [--update-to-data 0.0039 0.0625 1] [--learner-precision 32-true bf16-mixed]

@@ -6,7 +6,7 @@ batch, into buffers filled to capacity with random priorities; then our cycle fo
 sum-tree fanout, and the insert throughput of 1, 2 and 4 writer processes into the shared
 buffer. A peer that cannot be installed or loaded is skipped, with the reason printed.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/integration/test_bench_replay.py`` runs the quick form)::
 
     python -m actorq.bench replay [--quick] [--out FILE.json]
 """

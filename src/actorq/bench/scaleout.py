@@ -24,7 +24,7 @@ Four tables from one run, three of them on one local Ray instance started for th
   the actors' own work per step, not the collection scheme, sets the rate. Target: async >=
   3x lock-step at 8 actors of one env each.
 
-Usage (``tests/unit/test_bench_smoke.py`` runs the quick form)::
+Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
     python -m actorq.bench scaleout [--quick] [--env cheetah-run] [--workers 2] [--out FILE.json]
 """
