@@ -367,6 +367,7 @@ def experiment_tables(precisions: dict[str, list[Run]], target: float | None) ->
             fmt(ratio(fps, base_fps), ".2f", "x"), fmt(ups, ".0f"), fmt(ratio(ups, base_ups), ".2f", "x"),
             fmt(mean_of(precision, lambda r: r.summary.get("collect_fraction")), ".2f"),
             f"{fmt(per_push, '.0f')} x {fmt(pushes, '.0f')}" if per_push is not None else "—",
+            " / ".join(dict.fromkeys(learner_precision(r.summary) for r in ok)) or "—",
         ])
 
         hits = all_reached(precision)
@@ -386,12 +387,27 @@ def experiment_tables(precisions: dict[str, list[Run]], target: float | None) ->
         "", "**Speed** (rates of this machine; start-up: from the logger opening to the first batch of frames; "
         "frames/s after start-up):", "",
         *table(["precision", "runs", "start-up (s)", "frames/s", "frames/s vs fp32", "learner updates/s",
-                "updates/s vs fp32", "collect fraction", "broadcast bytes (per push x pushes)"], speed),
+                "updates/s vs fp32", "collect fraction", "broadcast bytes (per push x pushes)", "learner precision"],
+               speed),
         "", "**Time to target and energy** (learning and speed together; time from the first collected frame):",
         "", *table(["precision", "seeds", "time to target (s)", "speedup vs fp32", "kWh", "kg CO2",
                     "carbon reduction vs fp32", "energy method"], cost),
         "",
     ]
+
+
+def learner_precision(summary: dict) -> str:
+    """The precision the learner ran at, and whether ``trainer.precision=auto`` chose it.
+
+    >>> learner_precision({"learner_precision": {"precision": "bf16-mixed", "choice": "auto"}})
+    'bf16-mixed (auto)'
+    >>> learner_precision({})  # a summary written before the learner's precision was recorded
+    '?'
+    """
+    ran = summary.get("learner_precision") or {}
+    if not ran.get("precision"):
+        return "?"
+    return ran["precision"] + (" (auto)" if ran.get("choice") == "auto" else "")
 
 
 def regime_line(collect_fractions: list[float], runs: str = "these runs") -> str:

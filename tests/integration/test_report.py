@@ -119,7 +119,7 @@ MEASURED = {**ESTIMATED, "method": {"ram": "estimate from installed RAM size", "
 
 
 def fake_run(run_dir, *, bits=32, seed=0, startup_s=20.0, evals=((30.0, 2000, 200.0),), frames_per_s=100.0,
-             updates_per_s=50.0, collect_fraction=0.2, energy=ESTIMATED, experiment=None):
+             updates_per_s=50.0, collect_fraction=0.2, energy=ESTIMATED, experiment=None, learner_precision=None):
     """A run dir as train() leaves it: config.yaml (composed by Hydra), summary.json, and
     TensorBoard events whose first event is the logger opening, ``startup_s`` before the first
     collected frame; ``evals`` are (seconds after that frame, frames, return)."""
@@ -148,7 +148,7 @@ def fake_run(run_dir, *, bits=32, seed=0, startup_s=20.0, evals=((30.0, 2000, 20
                "eval_history_quant": history if bits != 32 else [], "frames": last_frames,
                "learner_steps": last_frames // 2, "wall_clock_s": startup_s + evals[-1][0],
                "frames_per_s": last_frames / (startup_s + evals[-1][0]), "learner_updates_per_s": updates_per_s,
-               "collect_fraction": collect_fraction, "energy": energy}
+               "collect_fraction": collect_fraction, "energy": energy, "learner_precision": learner_precision}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return run_dir
 
@@ -166,6 +166,15 @@ def test_time_to_target_counts_from_the_first_collected_frame(tmp_path):
     speed = table_rows(report, "start-up (s)")
     assert speed["fp32"]["start-up (s)"] == "20.0" and speed[INT8]["start-up (s)"] == "5.0"
     assert "Run order: fp32 ran before int8" in report  # fp32 was written first for its one seed
+
+
+def test_the_speed_table_says_which_precision_the_learner_ran_at(tmp_path):
+    fake_run(tmp_path / "0", bits=32, learner_precision={"precision": "bf16-mixed", "choice": "auto"})
+    fake_run(tmp_path / "1", bits=8, learner_precision={"precision": "32-true", "choice": "32-true"})
+    assert main([str(tmp_path)]) == 0
+    speed = table_rows((tmp_path / "report.md").read_text(), "start-up (s)")
+    assert speed["fp32"]["learner precision"] == "bf16-mixed (auto)"
+    assert speed[INT8]["learner precision"] == "32-true"
 
 
 def test_fewer_than_three_seeds_are_not_a_claim(tmp_path):
