@@ -36,6 +36,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
@@ -45,6 +46,9 @@ from actorq.atomic import write_text_atomically
 from actorq.parallel import launched_rank
 from actorq.quant.timing import single_thread
 from actorq.replay.base import Sample
+
+if TYPE_CHECKING:
+    from actorq.algos.base import OffPolicyLearner
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +101,8 @@ def choose(timings_ms: dict[str, float], margin: float = 0.05) -> tuple[str, str
     return FP32, f"{FP32} {fp32:.3g} ms/update vs {BF16} {bf16:.3g} ms ({bf16 / fp32:.2f}x slower)"
 
 
-def resolve_learner_precision(precision: str | int, learner, accelerator: str = "auto") -> LearnerPrecision:
+def resolve_learner_precision(precision: str | int, learner: OffPolicyLearner | None,
+                              accelerator: str = "auto") -> LearnerPrecision:
     """What ``trainer.precision`` means for this learner here (see the module's docstring).
 
     Args:
