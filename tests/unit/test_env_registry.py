@@ -63,7 +63,9 @@ def test_a_name_from_another_library_says_which(name, library, right):
 
 
 def test_a_name_no_suite_knows_lists_the_suites():
-    with pytest.raises(ConfigError, match=r"unknown environment 'nothing-like-it-v9': no env library \(dm_control, gymnasium\)"):
+    # Suites registered by modules the session imported (a benchmark's) may follow the built-in ones.
+    listed = r"\(dm_control, gymnasium(, \w+)*\)"
+    with pytest.raises(ConfigError, match=rf"unknown environment 'nothing-like-it-v9': no env library {listed} has it"):
         make_env("nothing-like-it-v9")
 
 
