@@ -7,7 +7,7 @@ export NO_MKDOCS_2_WARNING := 1
 # present the `torch>=2.13,<2.15` range in pyproject.toml keeps it instead of a CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: run test install install-dev gl-libs docs bench clean
+.PHONY: run test check install install-dev gl-libs docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ run: install
 test: install-dev
 	$(PY) -m pytest --durations=25
 	$(PY) -m mkdocs build --strict --site-dir .site
+
+# `make check`: the quick tier (a few minutes): lint, tests/unit and the doctests of src/actorq.
+# Two module doctests start processes and are left to `make test`: actorq.train's runs a
+# training run, actorq.actors.pool's starts a worker process (-k matches names by substring,
+# so the two modules' other doctests are named back in). Tests that train or start processes
+# live in tests/component and tests/integration, which `make test` runs.
+CHECK_SKIP := not (actorq.train or actorq.actors.pool) or describe_result or worker_index
+check: install-dev
+	$(PY) -m ruff check src tests
+	$(PY) -m pytest tests/unit src/actorq -k "$(CHECK_SKIP)" --durations=10
 
 docs: install-dev
 	$(PY) -m mkdocs serve
