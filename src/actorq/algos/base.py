@@ -357,8 +357,9 @@ class OffPolicyLearner(L.LightningModule):
         self.wall_clock_before = state.get("wall_clock", 0.0)
         if "rng" in state:
             set_rng_states(state["rng"])
-        total = self.experience.total_frames
-        extend_to_budget(checkpoint, total, self.planned_updates(total))
+        if self._trainer is not None:  # restoring a run: it may go on to a larger budget
+            total = self.experience.total_frames
+            extend_to_budget(checkpoint, total, self.planned_updates(total))
 
 
 def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
