@@ -14,7 +14,7 @@ under a real Trainer at ``32-true`` and at ``bf16-mixed`` (interleaved rounds), 
 (target: >= 0.95). Its default learner is ``td3_pendulum_wide``'s (2048x3 actor, 256x2
 critics, batch 64) and a 64-wide one.
 
-Usage (``tests/unit/test_bench_smoke.py`` and ``tests/unit/test_learner_precision.py`` run the quick forms)::
+Usage (``tests/integration/test_bench_smoke.py`` and ``tests/unit/test_learner_precision.py`` run the quick forms)::
 
     python -m actorq.bench learner [--quick] [--out FILE.json]
     python -m actorq.bench learner --precision auto [--quick] [--out FILE.json]
