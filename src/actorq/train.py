@@ -46,6 +46,8 @@ from actorq.quant import resolve_precision
 from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
 log = logging.getLogger(__name__)
+# Lightning's pytree helper trips a deprecation of torch's on every fit; nothing a user can act on.
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
 def build(node: DictConfig, **kwargs: Any) -> Any:

@@ -106,7 +106,20 @@ def _short_precision(trainer: L.Trainer) -> str:
 
 class ConsoleHandler(logging.StreamHandler):
     """A ``logging.StreamHandler`` that writes through ``tqdm.write``: an open progress bar
-    is cleared, the line written, the bar drawn again below it."""
+    is cleared, the line written, the bar drawn again below it. Lightning's advertising
+    ("💡 Tip: ...") is left out.
+
+    Example:
+        >>> record = logging.LogRecord("lightning", logging.INFO, "", 0, "💡 Tip: try X", None, None)
+        >>> ConsoleHandler().filter(record)
+        False
+    """
+
+    ADVERT = "💡 Tip"
+
+    def __init__(self, stream=None):
+        super().__init__(stream)
+        self.addFilter(lambda record: not str(record.msg).startswith(self.ADVERT))
 
     @override
     def emit(self, record: logging.LogRecord) -> None:
