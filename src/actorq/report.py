@@ -456,7 +456,7 @@ def order_note(precisions: dict[str, list[Run]]) -> list[str]:
             first, then = (FP32, precision) if all(fp32_first) else (precision, FP32)
             notes.append(f"Run order: {first} ran before {then} for every seed ({len(shared)}); a drift of the "
                          "machine's speed during the sweep would read as a precision effect. Alternate which "
-                         "precision runs first from seed to seed.")
+                         "precision runs first from seed to seed (one sweep per seed: docs/reproducing.md).")
     return [*notes, ""] if notes else []
 
 

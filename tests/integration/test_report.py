@@ -177,6 +177,14 @@ def test_the_speed_table_says_which_precision_the_learner_ran_at(tmp_path):
     assert speed[INT8]["learner precision"] == "32-true"
 
 
+def test_sweeps_that_alternate_the_precision_order_get_no_run_order_note(tmp_path):
+    for name, bits, seed in [("seed0/0", 32, 0), ("seed0/1", 8, 0), ("seed1/0", 8, 1), ("seed1/1", 32, 1)]:
+        fake_run(tmp_path / name, bits=bits, seed=seed)  # in this order: their first events are in it
+        time.sleep(0.01)
+    assert main([str(tmp_path)]) == 0
+    assert "Run order" not in (tmp_path / "report.md").read_text()
+
+
 def test_fewer_than_three_seeds_are_not_a_claim(tmp_path):
     for seed in range(3):
         fake_run(tmp_path / f"fp32_{seed}", bits=32, seed=seed)
