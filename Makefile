@@ -7,7 +7,7 @@ export NO_MKDOCS_2_WARNING := 1
 # present the `torch>=2.13,<2.15` range in pyproject.toml keeps it instead of a CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: run test check install install-dev gl-libs docs bench clean
+.PHONY: run test check install install-dev gl-libs docs bench clean mutants
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,14 @@ check: install-dev
 
 docs: install-dev
 	$(PY) -m mkdocs serve
+
+# `make mutants`: mutation testing of the learning math (algos, n-step, prioritized replay,
+# codecs, exploration) against its fast unit tests; [tool.mutmut] in pyproject.toml scopes
+# it, docs/mutation.md explains the scores. MUTANTS='actorq.algos*' narrows the run;
+# survivors: $(VENV)/bin/mutmut results, one diff: $(VENV)/bin/mutmut show NAME.
+mutants: install-dev
+	$(VENV)/bin/mutmut run --max-children $(or $(JOBS),2) $(MUTANTS)
+	$(VENV)/bin/mutmut results
 
 clean:
 	rm -rf $(VENV) .site outputs multirun .pytest_cache

@@ -135,3 +135,94 @@ def test_update_debt_carries_over_between_batches():
     assert learner.learner_steps == 1
     learner._learn(new_frames=4)
     assert learner.learner_steps == 3
+
+
+def test_more_defaults_are_the_papers():
+    from actorq.algos.sac import SAC
+
+    ddpg = DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8,))
+    assert (ddpg.actor_lr, ddpg.critic_lr) == (1e-3, 1e-3)
+    assert (ddpg.gamma, ddpg.n_step, ddpg.batch_size, ddpg.learning_starts, ddpg.target_tau,
+            ddpg.target_update_period) == (0.99, 1, 256, 1000, 0.005, 1)
+    sac = SAC(CONTINUOUS, actor_hidden=(8,), critic_hidden=(8,))
+    assert (sac.actor_lr, sac.critic_lr, sac.alpha_lr) == (3e-4, 3e-4, 3e-4)  # Haarnoja et al.
+    assert sac.target_entropy == -1.0  # -action_dim
+    assert sac.exploration(0) == 0.0  # actors sample from the policy: no added noise
+
+
+def test_actor_critic_learners_keep_their_exploration_and_critic_layout():
+    from actorq.algos.sac import SAC
+
+    schedule = Exploration(0.3, 0.1, 10)
+    assert DDPG(CONTINUOUS, schedule, actor_hidden=(8,), critic_hidden=(8,)).exploration is schedule
+    assert SAC(CONTINUOUS, schedule, actor_hidden=(8,), critic_hidden=(8,)).exploration is schedule
+    normed = DDPG(CONTINUOUS, schedule, actor_hidden=(8,), critic_hidden=(8,), critic_layer_norm=True)
+    plain = DDPG(CONTINUOUS, schedule, actor_hidden=(8,), critic_hidden=(8,))
+    assert any(isinstance(m, torch.nn.LayerNorm) for m in normed.critics[0].modules())
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.critics[0].modules())
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"n_step": 0}, "n_step"), ({"target_update_period": 0}, "target_update_period"),
+    ({"gamma": float("nan")}, "gamma"), ({"learning_starts": float("nan")}, "learning_starts"),
+    ({"target_tau": float("nan")}, "target_tau"), ({"final_lr_fraction": float("nan")}, "final_lr_fraction"),
+    ({"actor_lr": 0.0}, "actor_lr"), ({"critic_lr": 0.0}, "critic_lr"),
+])
+def test_each_invalid_argument_is_named(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8,), **kwargs)
+
+
+def test_sac_checks_its_temperature_rate():
+    from actorq.algos.sac import SAC
+
+    with pytest.raises(ValueError, match="alpha_lr"):
+        SAC(CONTINUOUS, alpha_lr=0.0)
+
+
+def test_soft_update_refuses_networks_of_different_shapes():
+    from actorq.algos.base import soft_update
+
+    with pytest.raises(ValueError):
+        soft_update(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)), 0.5)
+
+
+def test_constant_learning_rates_need_no_scheduler():
+    learner = DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8,), final_lr_fraction=1.0)
+    attach_trainer(learner)
+    assert not learner.trainer.lr_scheduler_configs
+
+
+class IndexRecordingReplay:
+    def update_priorities(self, indices, priorities):
+        self.indices, self.priorities = indices, priorities
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "sac"])
+def test_one_update_names_its_terms_and_feeds_priorities_at_the_sampled_indices(algo):
+    from actorq.algos.sac import SAC
+
+    learner = (DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8,)) if algo == "ddpg"
+               else SAC(CONTINUOUS, actor_hidden=(8,), critic_hidden=(8,)))
+    attach_trainer(learner)
+    replay = IndexRecordingReplay()
+    learner.trainer.datamodule.sampling = replay
+    sample = random_sample(CONTINUOUS, size=16)
+    sample.indices = torch.arange(100, 116)
+    torch.manual_seed(0)
+    metrics = learner.update(sample)
+    expected = {"loss_value", "td_error", "loss_actor"} | ({"loss_alpha", "alpha", "entropy"} if algo == "sac" else set())
+    assert expected <= set(metrics)
+    assert torch.equal(replay.indices, torch.arange(100, 116)) and replay.priorities.shape == (16,)
+    if algo == "sac":  # the entropy estimate of an untrained policy with std ~1 is positive
+        assert float(metrics["entropy"]) > 0
+
+
+def test_actor_critic_updates_are_not_clipped_by_default():
+    learner = DDPG(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8,))
+    attach_trainer(learner)
+    sample = random_sample(CONTINUOUS)
+    sample.batch["reward"] = sample.batch["reward"] * 1000  # a TD error far above any clip
+    learner.update(sample)
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in learner.critics.parameters()]))
+    assert float(norm) > 10
