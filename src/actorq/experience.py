@@ -161,7 +161,7 @@ class Experience(L.LightningDataModule):
     def _start_actors(self) -> ActorPool:
         if self.actors is None:
             learner = self.trainer.lightning_module
-            self.actor_policy.noise_scale.copy_(learner.policy.noise_scale)
+            self.actor_policy.noise_scale.fill_(learner.noise_scale)
             self.actors = _construct(
                 self.make_actors,
                 env_name=self.env_name,

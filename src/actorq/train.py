@@ -79,7 +79,7 @@ def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
         learner = make_learner(spec=spec)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"{algo_cls.__name__}: {error}") from error
-    check_policy_network(learner.behaviour_network, stochastic=learner.policy.stochastic)
+    check_policy_network(learner.behaviour_network, stochastic=learner.stochastic)
     return learner
 
 
@@ -128,7 +128,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
             logger.log_metrics(choice.metrics(), step=0)
     experience = Experience(
         cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
-        actor_policy=actor_policy(learner.policy, quant, observations), quant=quant,
+        actor_policy=actor_policy(learner, quant, observations), quant=quant,
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
     bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames

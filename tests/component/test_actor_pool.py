@@ -5,6 +5,8 @@ import torch
 
 from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.actors.pool import ActorPool
+from actorq.algos.base import Exploration
+from actorq.algos.ddpg import DDPG
 from actorq.envs import EnvSpec, make_env
 from actorq.networks import DeterministicActor
 from actorq.quant import QuantSpec, quantize
@@ -17,10 +19,11 @@ def pendulum_policy():
 
 
 @pytest.mark.parametrize("quant", [QuantSpec(bits=32), QuantSpec(bits=8, mode="static")], ids=["fp32", "int8"])
-def test_actors_see_learner_weights_only_when_pushed(pendulum_policy, quant):
+def test_actors_see_learner_weights_only_when_pushed(quant):
     """The actors run their own copy (fp32 too): an optimizer-like in-place change of the
     learner's weights reaches no worker until a payload is loaded and pushed."""
-    learner = pendulum_policy
+    spec = EnvSpec.from_env(make_env("Pendulum-v1"))
+    learner = DDPG(spec, Exploration(0.0), actor_hidden=(16,))
     observations = torch.rand(256, 3) * 2 - 1
     actors_copy = actor_policy(learner, quant, observations)
     pool = ActorPool("Pendulum-v1", actors_copy, num_workers=2, frames_per_batch=50,
@@ -31,10 +34,10 @@ def test_actors_see_learner_weights_only_when_pushed(pendulum_policy, quant):
             assert batch.shape == (2, 25)  # two envs per worker, time last
             if index == 2:
                 with torch.no_grad():  # saturates the learner's actions at the upper bound
-                    learner.network.trunk[-1].bias.fill_(10.0)
+                    learner.behaviour_network.trunk[-1].bias.fill_(10.0)
                 changed_at = index
             elif index == 10:
-                actors_copy.network.load_payload(quantize(learner.network, quant, observations))
+                actors_copy.network.load_payload(quantize(learner.behaviour_network, quant, observations))
                 pool.push(actors_copy)
                 pushed_at = index
             elif changed_at is not None and pushed_at is None:

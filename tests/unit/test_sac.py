@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.distributions import AffineTransform, TanhTransform, TransformedDistribution
 
-from actorq.actors.policy import ExplorationPolicy
+from actorq.actors.policy import ExplorationPolicy, learner_policy
 from actorq.algos.sac import SAC
 from actorq.networks import DeterministicActor, GaussianActor
 from tests.helpers import CONTINUOUS, attach_trainer, fit_fixed_batch, random_sample
@@ -56,7 +56,7 @@ def test_log_prob_matches_the_change_of_variables():
 
 def test_actors_sample_within_bounds_and_at_random():
     learner = SAC(CONTINUOUS, actor_hidden=(16,))
-    policy = learner.policy
+    policy = learner_policy(learner)
     assert policy.stochastic
     observation = torch.zeros(2000, 3)
     actions = policy(observation)

@@ -69,24 +69,35 @@ class ExplorationPolicy(nn.Module):
         return torch.addcmul(out, torch.randn_like(out), sigma).clamp_(buffers["low"], buffers["high"])
 
 
-def actor_policy(learner_policy: ExplorationPolicy, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
+def learner_policy(learner) -> ExplorationPolicy:
+    """The learner's policy as the actors would run it at fp32: its live behaviour network
+    with the current exploration scale (a new wrapper each call; the network is shared).
+
+    Args:
+        learner: an :class:`~actorq.algos.base.OffPolicyLearner` (its ``behaviour_network``,
+            ``spec``, ``noise_scale`` and ``stochastic``).
+    """
+    return ExplorationPolicy(learner.behaviour_network, learner.spec, learner.noise_scale,
+                             stochastic=learner.stochastic)
+
+
+def actor_policy(learner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
     """The actors' own copy of the learner's policy, its network encoded at ``quant``
     (fp32 included): it changes only when a broadcast loads a new payload, never with the
     learner's optimizer steps.
 
     Args:
-        learner_policy: the learner's :class:`ExplorationPolicy` (``learner.policy``).
+        learner: an :class:`~actorq.algos.base.OffPolicyLearner`.
         quant: the actors' precision, ``bits="auto"`` resolved.
         observations: calibration observations for static int8 (a few env steps' worth).
 
     Example:
-        >>> from actorq.networks import QNetwork
-        >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
-        >>> learner_policy = ExplorationPolicy(QNetwork(spec, (32,)), spec, noise_scale=0.0)
-        >>> policy = actor_policy(learner_policy, QuantSpec(bits=8, mode="dynamic"), torch.randn(64, 4))
-        >>> type(policy.network).__name__, policy.network is not learner_policy.network
-        ('QuantizedNetwork', True)
+        >>> from actorq.algos.dqn import DQN
+        >>> from actorq.algos.base import Exploration
+        >>> learner = DQN(EnvSpec(obs_dim=4, discrete=True, num_actions=2), Exploration(0.25), hidden=(32,))
+        >>> policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(64, 4))
+        >>> type(policy.network).__name__, policy.network is not learner.behaviour_network, float(policy.noise_scale)
+        ('QuantizedNetwork', True, 0.25)
     """
-    network = QuantizedNetwork.from_network(learner_policy.network, quant, observations)
-    return ExplorationPolicy(network, learner_policy.env_spec, float(learner_policy.noise_scale),
-                             stochastic=learner_policy.stochastic)
+    network = QuantizedNetwork.from_network(learner.behaviour_network, quant, observations)
+    return ExplorationPolicy(network, learner.spec, learner.noise_scale, stochastic=learner.stochastic)

@@ -16,9 +16,9 @@ Attributes that callbacks rely on (documented, stable):
     experience: ``trainer.datamodule``: the replay, writer and actor pool.
     frames: environment steps received so far.
     learner_steps: gradient updates done so far.
-    policy: the learner-side :class:`~actorq.actors.policy.ExplorationPolicy` (fp32, live
-        weights) with the current exploration scale.
     behaviour_network: the fp32 network the actors run a copy of.
+    noise_scale: the actors' exploration scale now (epsilon or Gaussian sigma).
+    stochastic: whether the actors sample from the network instead of adding noise.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
 from actorq.finite import check_finite_loss
 from actorq.parallel import ranks_in_sync
@@ -128,6 +127,7 @@ class OffPolicyLearner(L.LightningModule):
     """
 
     action_space: str = "continuous"  # or "discrete"; checked against the env at start
+    stochastic: bool = False  # the actors act with behaviour_network.sample() instead of adding noise
 
     def __init__(
         self,
@@ -235,9 +235,9 @@ class OffPolicyLearner(L.LightningModule):
         return int(max(0, total_frames - self.learning_starts) * self.update_to_data)
 
     @property
-    def policy(self) -> ExplorationPolicy:
-        # A fresh wrapper around the live network, carrying the current exploration scale.
-        return ExplorationPolicy(self.behaviour_network, self.spec, self.exploration(self.frames))
+    def noise_scale(self) -> float:
+        """The actors' exploration scale at the frames received so far."""
+        return self.exploration(self.frames)
 
     def configure_optimizers(self):
         optimizers = self.make_optimizers()

@@ -8,7 +8,7 @@ entropy tracks ``target_entropy`` (the "automating entropy adjustment" of the se
 SAC shares DDPG's critics (their construction, targets and loss) but neither its
 deterministic actor nor its target policy, so both build on
 :class:`~actorq.algos.actor_critic.ActorCriticLearner`. The actors sample from the
-policy itself (an :class:`~actorq.actors.policy.ExplorationPolicy` with ``stochastic=True``);
+policy itself (``stochastic``: the actors' policy calls the network's ``sample``);
 evaluation uses the deterministic action ``tanh(mean)``.
 
 Example:
@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from actorq.actors.policy import ExplorationPolicy
 from actorq.algos.actor_critic import ActorCriticLearner
 from actorq.algos.base import Exploration, adam, check_positive
 from actorq.envs import EnvSpec
@@ -51,6 +50,7 @@ class SAC(ActorCriticLearner):
     """
 
     num_critics = 2
+    stochastic = True
 
     def __init__(
         self,
@@ -76,10 +76,6 @@ class SAC(ActorCriticLearner):
     def alpha(self) -> torch.Tensor:
         """The temperature ``alpha = exp(log_alpha)`` (detached)."""
         return self.log_alpha.detach().exp()
-
-    @property
-    def policy(self) -> ExplorationPolicy:
-        return ExplorationPolicy(self.actor, self.spec, noise_scale=0.0, stochastic=True)
 
     def target_pairs(self):
         return [(self.critics_target, self.critics)]

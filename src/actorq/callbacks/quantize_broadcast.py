@@ -76,7 +76,7 @@ class QuantizeBroadcast(Callback):
         observations = experience.replay.observations(quant.calibration_samples)
         payload = quantize(network, quant, observations)
         policy.network.load_payload(payload)
-        policy.noise_scale.copy_(learner.policy.noise_scale)
+        policy.noise_scale.fill_(learner.noise_scale)
         experience.actors.push(policy)
         self.last_step = learner.learner_steps
         self.broadcasts += 1
