@@ -10,7 +10,7 @@ Example:
     ...     cfg = compose("config", overrides=["+experiment=dqn_cartpole", *tiny,
     ...                                        "callbacks=no_checkpoint", f"run_dir={tempfile.mkdtemp()}"])
     >>> summary, objects = train(cfg)
-    >>> summary["frames"], summary["actor_precision"], sorted(objects)[:3]
+    >>> summary["frames"], summary["actor_precision"], sorted(objects["callbacks"])
     (400, 'fp32', ['broadcast', 'carbon', 'evaluation'])
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,8 @@ from omegaconf import DictConfig, OmegaConf
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import check_policy_network
 from actorq.atomic import write_text_atomically
-from actorq.callbacks.carbon import CarbonTracker
-from actorq.callbacks.evaluation import Evaluation
 from actorq.callbacks.progress import FrameProgressBar
 from actorq.checks import check_run_config
-from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.errors import ConfigError
 from actorq.experience import Experience
@@ -90,8 +88,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         cfg: a config composed from ``actorq.conf`` (see ``conf/config.yaml``).
 
     Returns:
-        The summary written to ``summary.json`` and the live objects (learner, experience,
-        trainer, callbacks) for inspection.
+        The summary written to ``summary.json`` and the live objects for inspection: learner,
+        experience, trainer, callbacks (by their name under ``callbacks``), precision_choice.
     """
     check_run_config(cfg)
     run_dir = Path(cfg.run_dir)
@@ -106,10 +104,10 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
                                                   cfg.trainer.get("accelerator", "auto"))
     cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below
-    callbacks = [build(node) for node in cfg.callbacks.values() if node is not None]
+    callbacks = {name: build(node) for name, node in cfg.callbacks.items() if node is not None}
     logger = build(cfg.logger)
     if launched_rank() > 0:
-        return follow(cfg, learner, callbacks, logger, resume_from)
+        return follow(cfg, learner, list(callbacks.values()), logger, resume_from)
 
     quant = build(cfg.quant)
     if checkpoint is not None:
@@ -132,8 +130,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
     )
     bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
-    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=[*callbacks, *bar], logger=logger,
-                    enable_checkpointing=has_checkpoints(callbacks))
+    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=[*callbacks.values(), *bar],
+                    logger=logger, enable_checkpointing=has_checkpoints(callbacks.values()))
 
     interrupted = failed = None
     try:
@@ -150,9 +148,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         experience.shutdown()
     wall_clock = learner.wall_clock  # a resumed run's time before the resume included
 
-    evaluation = find_callback(callbacks, Evaluation)
-    carbon = find_callback(callbacks, CarbonTracker)
-    summary = make_summary(learner, experience, evaluation, wall_clock, carbon, learner_precision.summary())
+    summary = make_summary(learner, experience, wall_clock, learner_precision.summary(), callbacks.values())
     if interrupted is not None:
         summary["status"] = "interrupted"
     if failed is not None:
@@ -162,8 +158,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         raise interrupted
     if failed is not None:
         raise failed
-    objects = {"learner": learner, "experience": experience, "trainer": trainer, "evaluation": evaluation,
-               "broadcast": find_callback(callbacks, QuantizeBroadcast), "carbon": carbon,
+    objects = {"learner": learner, "experience": experience, "trainer": trainer, "callbacks": callbacks,
                "precision_choice": choice}
     return summary, objects
 
@@ -228,26 +223,23 @@ def write_summary(path: Path, summary: dict, resumed: bool = False) -> None:
     write_text_atomically(path, json.dumps(summary, indent=2))
 
 
-def find_callback(callbacks: list, kind: type):
-    """The first callback of type ``kind``, or ``None``."""
-    return next((callback for callback in callbacks if isinstance(callback, kind)), None)
-
-
-def make_summary(learner, experience: Experience, evaluation: Evaluation | None, wall_clock: float,
-                 carbon: CarbonTracker | None = None, learner_precision: dict | None = None) -> dict:
-    history = evaluation.history if evaluation else []
-    history_quant = evaluation.history_quant if evaluation else []
-    return {
+def make_summary(learner, experience: Experience, wall_clock: float, learner_precision: dict | None = None,
+                 callbacks: Iterable = ()) -> dict:
+    """``summary.json``: what the learner and the experience hold, then the fields each callback
+    hands over through its ``summary_fields()`` (the evaluation's returns, the tracker's
+    energy; a user's own callback may add its own). What a missing callback would have
+    said is null, with the reason."""
+    summary = {
         "status": "completed",  # actorq.report lists runs without a completed summary apart
-        "final_return": history[-1][1] if history else None,
-        **({} if history else {"final_return_reason": no_return_reason(evaluation)}),
-        "best_return": max((r for _, r in history), default=None),
-        "final_return_quant": history_quant[-1][1] if history_quant else None,
+        "final_return": None,
+        "final_return_reason": "callbacks.evaluation is off: nothing evaluated the policy",
+        "best_return": None,
+        "final_return_quant": None,
         "actor_precision": experience.quant.describe(),
         # trainer.precision the learner ran at, and why (actorq.learner_precision.LearnerPrecision)
         "learner_precision": learner_precision,
-        "eval_history": history,
-        "eval_history_quant": history_quant,
+        "eval_history": [],
+        "eval_history_quant": [],
         "frames": learner.frames,
         "learner_steps": learner.learner_steps,
         "wall_clock_s": round(wall_clock, 2),
@@ -262,16 +254,14 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
         "collect": collect_counts(experience),
         # kWh and kg CO2 of the whole machine during the fit, with how codecarbon measured
         # them; null figures and a reason when nothing was measured (never an estimate).
-        "energy": carbon.summary() if carbon else {
-            "kwh": None, "co2_kg": None, "reason": "callbacks.carbon is off (no CarbonTracker)"},
+        "energy": {"kwh": None, "co2_kg": None, "reason": "callbacks.carbon is off (no CarbonTracker)"},
     }
-
-
-def no_return_reason(evaluation: Evaluation | None) -> str:
-    """Why a run's summary has no return."""
-    if evaluation is None:
-        return "callbacks.evaluation is off: nothing evaluated the policy"
-    return "the run stopped before its first evaluation"
+    for callback in callbacks:
+        if hasattr(callback, "summary_fields"):
+            summary.update(callback.summary_fields())
+    if summary["final_return"] is not None:
+        del summary["final_return_reason"]
+    return summary
 
 
 def collect_counts(experience: Experience) -> dict:

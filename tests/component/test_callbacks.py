@@ -25,7 +25,8 @@ def test_broadcast_schedule_and_state():
 def test_callbacks_in_a_real_run(make_cfg, tmp_path):
     cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.broadcast.every_n_steps=5")
     summary, objects = train(cfg)
-    broadcast, evaluation, learner = objects["broadcast"], objects["evaluation"], objects["learner"]
+    broadcast, evaluation = objects["callbacks"]["broadcast"], objects["callbacks"]["evaluation"]
+    learner = objects["learner"]
     assert broadcast.broadcasts >= 2 and broadcast.last_step <= learner.learner_steps
     frames = [frames for frames, _ in evaluation.history]
     assert frames == [300, 600]  # every 300 frames; the final one is not repeated
@@ -45,7 +46,7 @@ def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):
     summary, objects = train(cfg)
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     states = checkpoint["callbacks"]
-    assert states["QuantizeBroadcast"]["broadcasts"] == objects["broadcast"].broadcasts
+    assert states["QuantizeBroadcast"]["broadcasts"] == objects["callbacks"]["broadcast"].broadcasts
     evaluation_state = next(v for k, v in states.items() if k.startswith("Evaluation"))
     assert len(evaluation_state["history"]) >= 1
     assert checkpoint["actorq"]["frames"] == summary["frames"]

@@ -76,12 +76,12 @@ def test_energy_in_summary_and_tensorboard_and_one_eval_event_per_evaluation(mak
         # Logged as the run goes (log_every_s=0.2) and once at the end, at env frames.
         kwh = [event.value for event in events["energy/kwh"]]
         assert kwh == sorted(kwh) and events["energy/kwh"][-1].step == summary["frames"]
-        assert objects["carbon"].state_dict()["kwh"] == pytest.approx(energy["kwh"])
+        assert objects["callbacks"]["carbon"].state_dict()["kwh"] == pytest.approx(energy["kwh"])
     # Evaluation logs once per evaluation, at the frame it ran at (no repeated values at
     # steps that hold no evaluation, no second copy of the final one).
-    history = objects["evaluation"].history
+    history = objects["callbacks"]["evaluation"].history
     assert [event.step for event in events["eval/return_mean"]] == [frames for frames, _ in history]
-    assert len(events["eval/return_mean_quant"]) == len(objects["evaluation"].history_quant)
+    assert len(events["eval/return_mean_quant"]) == len(objects["callbacks"]["evaluation"].history_quant)
 
 
 class FailingTracker:

@@ -59,7 +59,7 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
     wide = (WIDE_POLICY[algo],) if precision == "auto" else ()
     summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *wide, *PRECISIONS[precision], *SMALL))
     assert summary["frames"] >= 400 and summary["learner_steps"] > 0
-    assert objects["broadcast"].broadcasts >= 1
+    assert objects["callbacks"]["broadcast"].broadcasts >= 1
     described, weight_dtype = EXPECTED[precision]
     quant = objects["experience"].quant
     if precision == "auto":

@@ -186,6 +186,10 @@ class CarbonTracker(Callback):
                 "co2_kg": self.previous["co2_kg"] + data.emissions,
                 "duration_s": self.previous["duration_s"] + data.duration}
 
+    def summary_fields(self) -> dict[str, Any]:
+        """``summary.json``'s ``"energy"`` (see :meth:`summary`)."""
+        return {"energy": self.summary()}
+
     def summary(self) -> dict[str, Any]:
         """The ``"energy"`` object of ``summary.json``."""
         where = {"country_iso_code": self.country_iso_code, "region": self.region,

@@ -67,6 +67,15 @@ class Evaluation(Callback):
     def last_quant(self) -> float | None:
         return self.history_quant[-1][1] if self.history_quant else None
 
+    def summary_fields(self) -> dict:
+        """The run's returns for ``summary.json``: the last and best evaluations of the fp32
+        policy, the last of the actors' policy, and every evaluation ``(frames, mean)``."""
+        fields = {"final_return": self.last, "best_return": self.best, "final_return_quant": self.last_quant,
+                  "eval_history": list(self.history), "eval_history_quant": list(self.history_quant)}
+        if not self.history:
+            fields["final_return_reason"] = "the run stopped before its first evaluation"
+        return fields
+
     def should_update(self, frames: int) -> bool:
         return frames >= self.next_frames
 
