@@ -9,7 +9,8 @@ jobs too; the summary records the mode beside the figures.
 
 Example:
     >>> carbon = CarbonTracker(country_iso_code="USA", log_every_s=30)
-    >>> carbon.should_update(29.0), carbon.should_update(30.0)
+    >>> carbon.schedule.restart(100.0)  # a log at t=100 s (time.perf_counter())
+    >>> carbon.should_update(129.0), carbon.should_update(130.0)
     (False, True)
     >>> CarbonTracker(region="California").region
     'california'
@@ -25,6 +26,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
+
+from actorq.callbacks.schedule import Every
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +87,13 @@ class CarbonTracker(Callback):
         self._details: dict[str, Any] = {}
         self._stopped = False
         self._last_log = (0.0, 0.0)  # (perf_counter, kWh) at the previous log
+        self.schedule = Every(self.log_every_s, first=0.0)  # in seconds of perf_counter
 
     # --- schedule and hooks ------------------------------------------------------------
 
-    def should_update(self, seconds_since_last_log: float) -> bool:
-        """Whether ``seconds_since_last_log`` seconds of wall-clock call for a log now."""
-        return seconds_since_last_log >= self.log_every_s
+    def should_update(self, now: float) -> bool:
+        """Whether ``now`` (``time.perf_counter()``) calls for a log: ``log_every_s`` after the last."""
+        return self.schedule.due(now)
 
     @property
     def running(self) -> bool:
@@ -105,7 +109,7 @@ class CarbonTracker(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.sanity_checking or not self.running:
             return
-        if self.should_update(time.perf_counter() - self._last_log[0]):
+        if self.should_update(time.perf_counter()):
             self._log(trainer, pl_module)
 
     @override
@@ -161,6 +165,7 @@ class CarbonTracker(Callback):
         self._tracker, self._capture = tracker, capture
         self._details = {"hardware": hardware, "devices": _describe_devices(tracker)}
         self._last_log = (time.perf_counter(), 0.0)
+        self.schedule.restart(self._last_log[0])
         log.info("CarbonTracker: codecarbon %s, %s, %s mode", codecarbon.__version__,
                  ", ".join(self._details["devices"].values()), self.tracking_mode)
 
@@ -243,6 +248,7 @@ class CarbonTracker(Callback):
                    "energy/power_w": _watts(totals["kwh"] - kwh_then, now - then)}
         trainer.logger.log_metrics(metrics, step=pl_module.frames)
         self._last_log = (now, totals["kwh"])
+        self.schedule.restart(now)
 
     def _finish(self, trainer: L.Trainer, pl_module) -> None:
         if not self.running:

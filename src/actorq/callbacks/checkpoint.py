@@ -20,6 +20,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from actorq.callbacks.schedule import Every
+
 FRAMES = "collect/frames"  # logged by the learner at every batch
 
 
@@ -43,18 +45,17 @@ class FrameCheckpoint(ModelCheckpoint):
                          monitor=FRAMES if periodic else None, mode="max",
                          save_top_k=keep_last if periodic else 0, save_last=True, save_on_exception=True)
         self.every_frames = every_frames
-        self.next_frames = every_frames or 0
+        self.schedule = Every(every_frames)
         self._last_frames_saved = -1
 
     def should_update(self, frames: int) -> bool:
-        return self.every_frames is not None and frames >= self.next_frames
+        return self.schedule.due(frames)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if self._should_skip_saving_checkpoint(trainer) or not self.should_update(pl_module.frames):
             return
-        while self.next_frames <= pl_module.frames:
-            self.next_frames += self.every_frames
+        self.schedule.skip_past(pl_module.frames)
         candidates = self._monitor_candidates(trainer)
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
@@ -80,12 +81,12 @@ class FrameCheckpoint(ModelCheckpoint):
 
     @override
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "next_frames": self.next_frames}
+        return {**super().state_dict(), "next_frames": self.schedule.next_at}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
-        self.next_frames = state_dict.get("next_frames", self.next_frames)
+        self.schedule.next_at = state_dict.get("next_frames", self.schedule.next_at)
 
 
 def every_rank_stopped_here(trainer: L.Trainer, exception: BaseException) -> bool:

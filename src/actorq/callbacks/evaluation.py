@@ -19,6 +19,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from actorq.callbacks.schedule import Every
 from actorq.envs import rollout_return
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class Evaluation(Callback):
         self.every_frames = every_frames
         self.episodes = episodes
         self.seed_offset = seed_offset
-        self.next_frames = every_frames
+        self.schedule = Every(every_frames)
         self.history: list[tuple[int, float]] = []
         self.history_quant: list[tuple[int, float]] = []
         self._env = None
@@ -77,14 +78,13 @@ class Evaluation(Callback):
         return fields
 
     def should_update(self, frames: int) -> bool:
-        return frames >= self.next_frames
+        return self.schedule.due(frames)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.sanity_checking or not self.should_update(pl_module.frames):
             return
-        while self.next_frames <= pl_module.frames:
-            self.next_frames += self.every_frames
+        self.schedule.skip_past(pl_module.frames)
         self.evaluate(trainer, pl_module)
 
     @override
@@ -121,12 +121,12 @@ class Evaluation(Callback):
 
     @override
     def state_dict(self) -> dict:
-        return {"next_frames": self.next_frames, "history": list(self.history),
+        return {"next_frames": self.schedule.next_at, "history": list(self.history),
                 "history_quant": list(self.history_quant)}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
-        self.next_frames = state_dict["next_frames"]
+        self.schedule.next_at = state_dict["next_frames"]
         self.history = [tuple(item) for item in state_dict["history"]]
         self.history_quant = [tuple(item) for item in state_dict.get("history_quant", [])]
 

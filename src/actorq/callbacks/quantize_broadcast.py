@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 from typing_extensions import override
 
+from actorq.callbacks.schedule import Every
 from actorq.finite import check_finite_weights
 from actorq.quant import fidelity_metrics, payload_nbytes, quantize
 
@@ -52,13 +53,23 @@ class QuantizeBroadcast(Callback):
             raise ValueError(f"callbacks.broadcast.warmup_steps must be >= 0, got {warmup_steps}")
         self.every_n_steps = every_n_steps
         self.warmup_steps = warmup_steps
+        self.schedule = Every(every_n_steps)
         self.last_step = 0
         self.broadcasts = 0
 
+    @property
+    def last_step(self) -> int:
+        """The learner step of the last push (0 before the first)."""
+        return self._last_step
+
+    @last_step.setter
+    def last_step(self, step: int) -> None:
+        self._last_step = step
+        self.schedule.restart(step)  # the next push every_n_steps later, and not before the warmup
+        self.schedule.next_at = max(self.schedule.next_at, self.warmup_steps, 1)
+
     def should_update(self, learner_steps: int) -> bool:
-        if learner_steps < max(self.warmup_steps, 1):
-            return False
-        return learner_steps - self.last_step >= self.every_n_steps
+        return self.schedule.due(learner_steps)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
