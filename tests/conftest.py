@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,13 @@ def pytest_configure(config):
     """Measurements actorq caches (``trainer.precision=auto``'s timings) go to a folder of this
     test session, inherited by the runs it starts: the user's cache is never read or written."""
     os.environ[CACHE_DIR_ENV] = tempfile.mkdtemp(prefix="actorq-test-cache-")
+
+
+def pytest_unconfigure(config):
+    """The session's cache folder goes with the session."""
+    cache_dir = os.environ.pop(CACHE_DIR_ENV, None)
+    if cache_dir:
+        shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 def pytest_sessionfinish(session, exitstatus):
