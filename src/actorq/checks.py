@@ -33,8 +33,10 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
 BOOLEANS = ("actors.restart_on_failure", "actors.sync")
 ACTOR_BACKENDS = ("process", "ray")
+AUTO = "auto"
+"""The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""
 # "auto" (actorq.learner_precision) and what lightning.Trainer accepts
-TRAINER_PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
+TRAINER_PRECISIONS = (AUTO, "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
                       "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64)
 
 
@@ -59,7 +61,7 @@ def check_top_level(cfg: DictConfig) -> None:
 
 def check_seed(cfg: DictConfig) -> None:
     seed = cfg.get("seed")
-    if not _is_int(seed) or not 0 <= seed < 2**32:
+    if not is_int(seed) or not 0 <= seed < 2**32:
         raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
 
 
@@ -68,7 +70,7 @@ def check_integers(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is None:
             continue
-        if not _is_int(value):
+        if not is_int(value):
             raise ConfigError(f"{key} must be an integer, got {value!r}")
         if key in POSITIVE_INTEGERS and value < 1:
             raise ConfigError(f"{key} must be positive, got {value!r}")
@@ -154,7 +156,7 @@ def check_trainer(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.precision must be auto (the faster of 32-true and bf16-mixed, measured) or "
                           f"a Lightning precision such as 32-true or bf16-mixed, got {precision!r}")
     devices = _select(cfg, "trainer.devices")
-    if devices is not None and (not _is_int(devices) or devices < 1):
+    if devices is not None and (not is_int(devices) or devices < 1):
         raise ConfigError(f"trainer.devices must be a positive integer (learner ranks), got {devices!r}")
     nodes = _select(cfg, "trainer.num_nodes")
     if nodes is not None and nodes != 1:
@@ -191,7 +193,8 @@ def _select(cfg: DictConfig, key: str):
     return node
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An integer config value (YAML's ``true`` is a bool, not an integer)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
