@@ -31,7 +31,8 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
                      "eval.every_frames", "eval.episodes")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
-BOOLEANS = ("actors.restart_on_failure", "actors.sync")
+BOOLEANS = ("actors.restart_on_failure", "actors.sync", "actors.lean_envs", "replay.prioritized", "replay.shared",
+            "replay.checkpoint")
 ACTOR_BACKENDS = ("process", "ray")
 AUTO = "auto"
 """The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""

@@ -239,10 +239,10 @@ def make_summary(learner, experience: Experience, evaluation: Evaluation | None,
     history_quant = evaluation.history_quant if evaluation else []
     return {
         "status": "completed",  # actorq.report lists runs without a completed summary apart
-        "final_return": history[-1][1] if history else None,
+        "final_return": evaluation.last if evaluation else None,
         **({} if history else {"final_return_reason": no_return_reason(evaluation)}),
-        "best_return": max((r for _, r in history), default=None),
-        "final_return_quant": history_quant[-1][1] if history_quant else None,
+        "best_return": evaluation.best if evaluation else None,
+        "final_return_quant": evaluation.last_quant if evaluation else None,
         "actor_precision": experience.quant.describe(),
         # trainer.precision the learner ran at, and why (actorq.learner_precision.LearnerPrecision)
         "learner_precision": learner_precision,
