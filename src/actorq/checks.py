@@ -1,11 +1,12 @@
 """Checks before a run starts: its overrides compose (:func:`composition_error`, run by
-``python -m actorq``), and the composed config passes what no single object can check: types
-of the keys every run has, and consistency across groups (:func:`check_run_config`, run by
-``train()`` before anything is built). A bad value stops the run with one line (exit code 2)
-before any actor process starts.
+``python -m actorq``), and the composed config passes :func:`check_run_config` (run by
+``train()`` before anything is built): types and ranges of the keys every run has,
+consistency across keys and groups, no key set where nothing reads it, one spelling for each
+setting. A bad value stops the run with one line (exit code 2) before any actor process starts.
 
-Values that belong to one object (an algorithm's learning rates, the replay's fanout, ...)
-are checked by that object's constructor.
+Each rule lives in one place: here, or, for a value only one object takes (an algorithm's
+learning rates, the replay's fanout, the quantization options), in that object's constructor;
+the constructors do not check again what is checked here.
 
 Example:
     >>> from omegaconf import OmegaConf
@@ -18,10 +19,15 @@ Example:
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
 import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from actorq.errors import ConfigError
 
@@ -31,10 +37,13 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
                      "eval.every_frames", "eval.episodes")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
-BOOLEANS = ("actors.restart_on_failure", "actors.sync")
+BOOLEANS = ("actors.restart_on_failure", "actors.sync", "actors.lean_envs", "replay.prioritized", "replay.shared",
+            "replay.checkpoint")
 ACTOR_BACKENDS = ("process", "ray")
+AUTO = "auto"
+"""The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""
 # "auto" (actorq.learner_precision) and what lightning.Trainer accepts
-TRAINER_PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
+TRAINER_PRECISIONS = (AUTO, "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
                       "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64)
 
 
@@ -47,6 +56,8 @@ def check_run_config(cfg: DictConfig) -> None:
     check_budget(cfg)
     check_actor_sizes(cfg)
     check_actor_backend(cfg)
+    check_read_keys(cfg)
+    check_one_spelling(cfg)
     check_trainer(cfg)
 
 
@@ -59,7 +70,7 @@ def check_top_level(cfg: DictConfig) -> None:
 
 def check_seed(cfg: DictConfig) -> None:
     seed = cfg.get("seed")
-    if not _is_int(seed) or not 0 <= seed < 2**32:
+    if not is_int(seed) or not 0 <= seed < 2**32:
         raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
 
 
@@ -68,7 +79,7 @@ def check_integers(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is None:
             continue
-        if not _is_int(value):
+        if not is_int(value):
             raise ConfigError(f"{key} must be an integer, got {value!r}")
         if key in POSITIVE_INTEGERS and value < 1:
             raise ConfigError(f"{key} must be positive, got {value!r}")
@@ -124,8 +135,6 @@ def check_actor_backend(cfg: DictConfig) -> None:
         return
     if backend not in ACTOR_BACKENDS:
         raise ConfigError(f"actors.backend must be {' or '.join(ACTOR_BACKENDS)}, got {backend!r}")
-    if backend == "process" and _select(cfg, "actors.sync"):
-        raise ConfigError("actors.sync=true needs actors.backend=ray; local actor processes collect asynchronously")
     if backend != "ray":
         return
     if importlib.util.find_spec("ray") is None:
@@ -144,6 +153,108 @@ def check_actor_backend(cfg: DictConfig) -> None:
         raise ConfigError(f"actors.ray.address must be local, auto or a cluster's address, got {address!r}")
 
 
+@dataclass(frozen=True)
+class ReadOnlyWith:
+    """Keys (or whole nodes) of a group's option that its code reads only with ``setting``."""
+
+    keys: tuple[str, ...]
+    setting: str  # as written on the command line
+    holds: Callable[[DictConfig], bool]
+
+
+READ_ONLY_WITH = (
+    ReadOnlyWith(("replay.alpha", "replay.beta", "replay.beta_annealing_steps", "replay.eps"),
+                 "replay.prioritized=true", lambda cfg: _select(cfg, "replay.prioritized") is True),
+    ReadOnlyWith(("replay.fanout",), "replay.prioritized=true or replay.shared=true",  # shared: a sum tree too
+                 lambda cfg: _select(cfg, "replay.prioritized") is True or _select(cfg, "replay.shared") is True),
+    ReadOnlyWith(("actors.ray", "actors.sync"), "actors.backend=ray",
+                 lambda cfg: _select(cfg, "actors.backend") == "ray"),
+    ReadOnlyWith(("quant.auto_tolerance",), "quant.bits=auto", lambda cfg: _select(cfg, "quant.bits") == AUTO),
+    ReadOnlyWith(("quant.engine",), "quant.bits=8 or quant.bits=auto",
+                 lambda cfg: _select(cfg, "quant.bits") in (8, AUTO) or _select(cfg, "quant.format") is not None),
+)
+
+
+def check_read_keys(cfg: DictConfig) -> None:
+    """A key set away from its option's default where nothing reads it is refused: the run
+    would go on as if it had not been set. A sweep's jobs are checked together, before the
+    first starts (:func:`actorq.launch.sweep_error`), so a job of a sweep is not refused here."""
+    if not _in_sweep():
+        unread = unread_keys(cfg)
+        if unread:
+            raise ConfigError(next(iter(unread.values())))
+
+
+def unread_keys(cfg: DictConfig) -> dict[str, str]:
+    """``{key: why, in one line}`` for each key of ``cfg`` set away from its default where
+    nothing reads it."""
+    return {key: f"{key}={_spelled(value)} needs {rule.setting}: nothing reads it otherwise"
+            for rule in READ_ONLY_WITH if not rule.holds(cfg)
+            for prefix in rule.keys for key, value in _changed(cfg, prefix)}
+
+
+def _changed(cfg: DictConfig, prefix: str) -> list[tuple[str, object]]:
+    """``(key, value)`` of each leaf under ``prefix`` whose value is not its option's default."""
+    group, _, rest = prefix.partition(".")
+    value, default = _select(cfg, prefix), _select(option_defaults(group), rest)
+    if isinstance(value, DictConfig):
+        return [pair for child in value for pair in _changed(cfg, f"{prefix}.{child}")]
+    if _plain(value) != _plain(default):
+        return [(prefix, value)]
+    return []
+
+
+@cache
+def option_defaults(group: str) -> DictConfig:
+    """The keys of ``conf/GROUP/default.yaml`` as written there, the group's one option."""
+    return OmegaConf.load(importlib.resources.files("actorq.conf") / group / "default.yaml")
+
+
+def check_one_spelling(cfg: DictConfig) -> None:
+    """A callback key that the callbacks config takes from a top-level key
+    (``callbacks.evaluation.every_frames: ${eval.every_frames}``) is set through that key
+    only: one spelling for each setting."""
+    for name, aliases in callback_aliases().items():
+        node = _select(cfg, f"callbacks.{name}")
+        written = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
+        for key, top_level in aliases.items():
+            if key in written and written[key] != f"${{{top_level}}}":
+                raise ConfigError(f"callbacks.{name}.{key} is set with {top_level}; "
+                                  f"say {top_level}={_spelled(node[key])}")
+
+
+@cache
+def callback_aliases() -> dict[str, dict[str, str]]:
+    """``{callback: {key: top-level key}}`` for every key of ``conf/callbacks/default.yaml``
+    that is only an interpolation of a top-level key."""
+    config = OmegaConf.load(importlib.resources.files("actorq.conf") / "callbacks" / "default.yaml")
+    aliases: dict[str, dict[str, str]] = {}
+    for name, node in OmegaConf.to_container(config, resolve=False).items():
+        for key, value in (node or {}).items():
+            match = re.fullmatch(r"\$\{([\w.]+)\}", str(value))
+            if match and match.group(1).split(".")[0] in TOP_LEVEL_KEYS:
+                aliases.setdefault(name, {})[key] = match.group(1)
+    return aliases
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _plain(value: object) -> object:
+    return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def _spelled(value: object) -> str:
+    """``value`` as it is written on the command line."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return str(_plain(value))
+
+
 def check_trainer(cfg: DictConfig) -> None:
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs is not None and epochs != 1:
@@ -154,7 +265,7 @@ def check_trainer(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.precision must be auto (the faster of 32-true and bf16-mixed, measured) or "
                           f"a Lightning precision such as 32-true or bf16-mixed, got {precision!r}")
     devices = _select(cfg, "trainer.devices")
-    if devices is not None and (not _is_int(devices) or devices < 1):
+    if devices is not None and (not is_int(devices) or devices < 1):
         raise ConfigError(f"trainer.devices must be a positive integer (learner ranks), got {devices!r}")
     nodes = _select(cfg, "trainer.num_nodes")
     if nodes is not None and nodes != 1:
@@ -191,8 +302,16 @@ def _select(cfg: DictConfig, key: str):
     return node
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An integer config value (YAML's ``true`` is a bool, not an integer)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+REPLACED_SPELLINGS = {
+    "replay=prioritized": "the replay group has one option; say replay.prioritized=true",
+    "replay=uniform": "the replay group has one option, uniform unless replay.prioritized=true",
+}
+"""Overrides that composed once, each with the one way to say it now."""
 
 
 def composition_error(argv: list[str]) -> str | None:
@@ -202,6 +321,9 @@ def composition_error(argv: list[str]) -> str | None:
     if any(arg.startswith("-") for arg in argv):
         return None
     overrides = [arg for arg in argv if not arg.lstrip("+~").startswith("hydra")]
+    replaced = next((arg for arg in overrides if arg.lstrip("+") in REPLACED_SPELLINGS), None)
+    if replaced is not None:
+        return f"{replaced}: {REPLACED_SPELLINGS[replaced.lstrip('+')]}"
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException

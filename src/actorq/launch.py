@@ -2,7 +2,10 @@
 
 A sweep (``-m``) is checked whole before its first job starts: every job's overrides are
 composed and its config checked as :func:`actorq.train.check_job` does, so a bad value in
-job 5 stops the sweep in one line (exit code 2) before job 0 trains. The jobs are the ones
+job 5 stops the sweep in one line (exit code 2) before job 0 trains. A key set where nothing
+reads it (:func:`actorq.checks.unread_keys`) stops the sweep when no job reads it; when only
+some do (``quant.engine=onednn`` across ``quant.bits=32,8``: the fp32 jobs have no engine),
+the sweep runs, with one warning naming the jobs that ignore it. The jobs are the ones
 Hydra's basic sweeper launches: the cartesian product of the comma lists and
 ``range(...)`` values, in the order given.
 
@@ -19,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import sys
 import tempfile
 
 from hydra import compose, initialize_config_module
@@ -28,7 +32,7 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import open_dict
 
-from actorq.checks import composition_error
+from actorq.checks import composition_error, unread_keys
 from actorq.errors import ConfigError
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -64,14 +68,40 @@ def sweep_error(argv: list[str]) -> str | None:
         jobs = sweep_jobs(overrides)
     except ConfigError as error:
         return str(error)
+    unread: list[dict[str, str]] = []
     for number, job in enumerate(jobs):
-        error = composition_error(job) or _check_error(job)
+        error = composition_error(job)
+        if error is None:
+            error, job_unread = _check_error(job)
+            unread.append(job_unread)
         if error is not None:
             return f"sweep job {number} ({' '.join(job)}): {error}; no job was started"
+    return unread_in_sweep(jobs, unread)
+
+
+def unread_in_sweep(jobs: list[list[str]], unread: list[dict[str, str]]) -> str | None:
+    """The error for a key that no job of the sweep reads; a key only some jobs read gets one
+    warning on stderr, naming the jobs that ignore it.
+
+    >>> jobs = [["quant.bits=32", "quant.engine=onednn"], ["quant.bits=16", "quant.engine=onednn"]]
+    >>> why = {"quant.engine": "quant.engine=onednn needs quant.bits=8"}
+    >>> unread_in_sweep(jobs, [why, why])
+    'sweep job 0 (quant.bits=32 quant.engine=onednn): quant.engine=onednn needs quant.bits=8; no job of the sweep reads it, no job was started'
+    """
+    for key in dict.fromkeys(key for job_unread in unread for key in job_unread):
+        ignoring = [number for number, job_unread in enumerate(unread) if key in job_unread]
+        why = unread[ignoring[0]][key]
+        if len(ignoring) == len(jobs):
+            return f"sweep job 0 ({' '.join(jobs[0])}): {why}; no job of the sweep reads it, no job was started"
+        numbers = ", ".join(map(str, ignoring))
+        print(f"actorq: warning: sweep job{'s' * (len(ignoring) > 1)} {numbers} ignore{'s' * (len(ignoring) == 1)} "
+              f"{key} ({why})", file=sys.stderr)
     return None
 
 
-def _check_error(job: list[str]) -> str | None:
+def _check_error(job: list[str]) -> tuple[str | None, dict[str, str]]:
+    """Why the job's config fails :func:`actorq.train.check_job` (``None`` if it passes), and
+    its :func:`~actorq.checks.unread_keys`."""
     from actorq.train import check_job
 
     with initialize_config_module("actorq.conf", version_base="1.3"):
@@ -84,10 +114,10 @@ def _check_error(job: list[str]) -> str | None:
     try:
         check_job(cfg)
     except ConfigError as error:
-        return str(error)
+        return str(error), {}
     finally:
         HydraConfig.instance().cfg = None
-    return None
+    return None, unread_keys(cfg)
 
 
 def logs_in_run_dir(argv: list[str]) -> list[str]:

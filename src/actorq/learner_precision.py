@@ -43,6 +43,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from tensordict import TensorDict
 
 from actorq.atomic import write_text_atomically
+from actorq.checks import AUTO
 from actorq.parallel import launched_rank
 from actorq.quant.timing import single_thread
 from actorq.replay.base import Sample
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AUTO = "auto"
 FP32, BF16 = "32-true", "bf16-mixed"
 CANDIDATES = (FP32, BF16)
 BF16_NAMES = (BF16, "bf16")  # Lightning's alias

@@ -59,13 +59,6 @@ def test_frame_budget_and_length(pendulum_policy):
     assert frames == 400 and len(pool) == 10
 
 
-@pytest.mark.parametrize("field", ["num_workers", "frames_per_batch", "total_frames", "envs_per_worker"])
-def test_non_positive_sizes_are_rejected(pendulum_policy, field):
-    kwargs = {"num_workers": 1, "frames_per_batch": 10, "total_frames": 100, field: 0}
-    with pytest.raises(ValueError, match=f"actors.{field} must be positive"):
-        ActorPool("Pendulum-v1", pendulum_policy, **kwargs)
-
-
 def test_old_env_path_on_request(pendulum_policy):
     """``lean_envs=False`` keeps the TorchRL transform stack (a SerialEnv of make_env envs)."""
     pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=1, frames_per_batch=40, total_frames=120,

@@ -101,13 +101,6 @@ def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes(batched)
     assert tuple(evaluation._env.batch_size) == ((5,) if batched else ())
 
 
-def test_evaluation_validates_arguments():
-    with pytest.raises(ValueError, match="positive"):
-        Evaluation(every_frames=0)
-    with pytest.raises(ValueError, match="eval.episodes must be positive"):
-        Evaluation(every_frames=10, episodes=0)
-
-
 def test_frame_checkpoint_validates_arguments(tmp_path):
     import pytest
 

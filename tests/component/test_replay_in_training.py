@@ -49,12 +49,6 @@ def test_prioritized_replay_is_sampled_by_priority_and_fed_back(make_cfg, bits):
     assert replay.beta == 1.0
 
 
-def test_replay_option_and_key_build_the_same_buffer(make_cfg):
-    by_option = make_cfg("replay=prioritized").replay
-    by_key = make_cfg("replay.prioritized=true").replay
-    assert by_option == by_key
-
-
 def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg, tmp_path):
     summary, objects = train(make_cfg(*FAST, "replay.shared=true", "replay.prioritized=true",
                                       "actors.num_workers=2", "quant.bits=8"))
@@ -103,9 +97,9 @@ def test_shared_replay_alone_samples_uniformly(make_cfg):
     ("overrides", "message"),
     [
         (["replay.prioritized=yes"], "replay.prioritized must be true or false, got 'yes'"),
-        (["replay=prioritized", "replay.fanout=6"], "fanout must be a power of two"),
-        (["replay.shared=true", "replay.beta=1.5"], "beta must be in [0, 1], got 1.5"),
-        (["replay=prioritized", "replay.capacity=0"], "capacity must be positive"),
+        (["replay.prioritized=true", "replay.fanout=6"], "fanout must be a power of two"),
+        (["replay.shared=true", "replay.prioritized=true", "replay.beta=1.5"], "beta must be in [0, 1], got 1.5"),
+        (["replay.prioritized=true", "replay.capacity=0"], "capacity must be positive"),
     ],
 )
 def test_bad_replay_values_are_config_errors(make_cfg, overrides, message):

@@ -82,7 +82,7 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
 def test_every_learner_runs_under_bf16_autocast(make_cfg, algo):
     """``trainer.precision=bf16-mixed``: the learner's updates under bf16 autocast, with
     prioritized replay (priorities come back from bf16 losses)."""
-    summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *SMALL, "replay=prioritized",
+    summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *SMALL, "replay.prioritized=true",
                                       "trainer.precision=bf16-mixed"))
     assert objects["trainer"].precision == "bf16-mixed"
     assert summary["learner_steps"] > 0 and summary["final_return"] is not None

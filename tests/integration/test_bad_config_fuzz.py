@@ -44,6 +44,26 @@ OTHER_BAD = {
     "actors.sync": ("maybe", "2", "true"),  # true: the process backend has no lock-step mode
     "trainer.devices": ("0", "-1", "1.5", "abc", "true", "auto", "[0,1]",
                         "3"),  # 3: algo.batch_size=32 does not split over 3 learner ranks
+    "replay.prioritized": ("yes", "1", "[true]"),
+    "replay.shared": ("maybe", "0"),
+    "replay.checkpoint": ("2", "abc"),
+    "actors.lean_envs": ("maybe", "1"),
+    # read only with replay.prioritized=true (fanout: or replay.shared=true), actors.backend=ray,
+    # quant.bits=auto, quant.bits=8 or auto: nothing reads them in this run
+    "replay.alpha": ("-1", "0.7"),
+    "replay.beta": ("0.5", "2"),
+    "replay.beta_annealing_steps": ("10",),
+    "replay.eps": ("0.1",),
+    "replay.fanout": ("8", "6"),
+    "actors.ray.address": ("auto",),
+    "actors.ray.num_cpus": ("2", "-1"),
+    "actors.ray.requests_in_flight": ("4",),
+    "actors.ray.resources": ("{node:1}",),
+    "quant.auto_tolerance": ("0.1",),
+    "quant.engine": ("x86",),
+    # set through eval.*: one spelling for each setting
+    "callbacks.evaluation.every_frames": ("100",),
+    "callbacks.evaluation.episodes": ("2",),
 }
 STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["algo=nope"], ["env=nope"],
              ["replay=nope"], ["+experiment=nope"], ["quant.bits=[8"], ["=1"], ["actors.num_workers=(1"],
@@ -51,7 +71,9 @@ STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["
              ["actors.backend=ray", "actors.ray.num_cpus=abc"], ["actors.backend=ray", "actors.ray.address=''"],
              ["actors.backend=ray", "actors.ray.nope=1"], ["actors.backend=ray", "actors.ray.requests_in_flight=0"],
              ["actors.backend=ray", "actors.ray.requests_in_flight=1.5"],
-             ["actors.backend=ray", "actors.ray.requests_in_flight=true"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"])
+             ["actors.backend=ray", "actors.ray.requests_in_flight=true"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"],
+             ["replay=prioritized"], ["replay=uniform"], ["quant.bits=16", "quant.engine=x86"],
+             ["replay.shared=true", "replay.alpha=0.5"], ["quant.bits=8", "quant.auto_tolerance=0.1"])
 
 
 def all_cases() -> list[list[str]]:

@@ -23,7 +23,7 @@ from actorq.parallel import pack, split, unpack
 from actorq.replay.base import Sample
 from tests.helpers import scalars, still_running
 
-RUN = ("+experiment=td3_pendulum", "trainer.devices=2", "replay=prioritized", "quant.bits=8",
+RUN = ("+experiment=td3_pendulum", "trainer.devices=2", "replay.prioritized=true", "quant.bits=8",
        "actors.total_frames=1200", "actors.frames_per_batch=200", "actors.init_random_frames=200",
        "algo.learning_starts=400", "algo.batch_size=32", "algo.actor_hidden=[16]", "algo.critic_hidden=[16]",
        "eval.every_frames=600", "eval.episodes=1", "checkpoint.every_frames=600", "~callbacks.carbon",

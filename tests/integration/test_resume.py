@@ -24,7 +24,7 @@ BATCH = 100
 OVERRIDES = ["+experiment=dqn_cartpole", "algo.hidden=[16]", f"actors.total_frames={TOTAL}",
              f"actors.frames_per_batch={BATCH}", "actors.init_random_frames=100", "algo.learning_starts=200",
              "algo.batch_size=32", "algo.final_lr_fraction=0.5", "eval.every_frames=500", "eval.episodes=1",
-             "replay=prioritized", "replay.checkpoint=true", "callbacks.broadcast.every_n_steps=100",
+             "replay.prioritized=true", "replay.checkpoint=true", "callbacks.broadcast.every_n_steps=100",
              "checkpoint.every_frames=400", "checkpoint.keep_last=2", "~callbacks.carbon",
              "trainer.enable_progress_bar=false"]
 

@@ -77,8 +77,7 @@ def test_exploration_schedule():
 
 
 def test_invalid_sizes_are_rejected():
-    with pytest.raises(ValueError, match="batch_size"):
-        DQN(DISCRETE, Exploration(0.1), batch_size=0)
+    # batch_size, n_step and learning_starts are checked once, in actorq.checks
     with pytest.raises(ValueError, match="update_to_data"):
         DDPG(CONTINUOUS, Exploration(0.1), update_to_data=0)
 

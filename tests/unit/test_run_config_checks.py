@@ -4,7 +4,9 @@ import multiprocessing
 
 import pytest
 
+from actorq.checks import check_one_spelling, composition_error, unread_keys
 from actorq.errors import ConfigError
+from actorq.launch import sweep_error
 from actorq.train import train
 from tests.conftest import TINY
 
@@ -26,18 +28,37 @@ CASES = [
     ("actors.restart_on_failure=maybe", "actors.restart_on_failure must be true or false, got 'maybe'"),
     ("+foo=1", "unknown top-level key(s) foo"),
     ("trainer.accelerator=gpu", "Trainer: No supported gpu backend found"),
-    ("quant.engine=tpu", "quant.engine must be one of"),
+    ("quant.bits=8 quant.engine=tpu", "quant.engine must be one of"),
     ("trainer.devices=0", "trainer.devices must be a positive integer (learner ranks), got 0"),
     ("+trainer.num_nodes=2", "trainer.num_nodes must be 1: parallel learners run on one machine"),
     ("trainer.devices=3", "algo.batch_size=32 must split evenly over trainer.devices=3 learner ranks"),
     # train() called from Python: Lightning would start the other ranks by running the caller again
     ("trainer.devices=2", "trainer.devices > 1 needs the command line (python -m actorq ...)"),
+    ("eval.every_frames=0", "eval.every_frames must be positive, got 0"),
+    ("eval.episodes=0", "eval.episodes must be positive, got 0"),
+    ("replay.prioritized=yes", "replay.prioritized must be true or false, got 'yes'"),
+    ("actors.lean_envs=maybe", "actors.lean_envs must be true or false, got 'maybe'"),
+    # keys nothing reads with the run's other settings
+    ("replay.alpha=-1", "replay.alpha=-1 needs replay.prioritized=true: nothing reads it otherwise"),
+    ("replay.beta=0.5", "replay.beta=0.5 needs replay.prioritized=true"),
+    ("replay.shared=true replay.eps=0.1", "replay.eps=0.1 needs replay.prioritized=true"),
+    ("replay.fanout=8", "replay.fanout=8 needs replay.prioritized=true or replay.shared=true"),
+    ("actors.ray.num_cpus=2", "actors.ray.num_cpus=2 needs actors.backend=ray"),
+    ("actors.ray.resources={node:1}", "actors.ray.resources.node=1 needs actors.backend=ray"),
+    ("actors.sync=true", "actors.sync=true needs actors.backend=ray"),
+    ("quant.engine=x86", "quant.engine=x86 needs quant.bits=8 or quant.bits=auto"),
+    ("quant.bits=16 quant.engine=x86", "quant.engine=x86 needs quant.bits=8 or quant.bits=auto"),
+    ("quant.bits=8 quant.auto_tolerance=0.1", "quant.auto_tolerance=0.1 needs quant.bits=auto"),
+    # one spelling for each setting
+    ("callbacks.evaluation.every_frames=100", "callbacks.evaluation.every_frames is set with eval.every_frames; "
+                                              "say eval.every_frames=100"),
+    ("callbacks.evaluation.episodes=2", "say eval.episodes=2"),
 ]
 
 
 @pytest.mark.parametrize(("override", "message"), CASES, ids=[case[0] for case in CASES])
 def test_bad_value_is_refused_before_any_actor_starts(make_cfg, override, message):
-    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks=no_checkpoint", override)
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks=no_checkpoint", *override.split())
     with pytest.raises(ConfigError) as error:
         train(cfg)
     assert message in str(error.value)
@@ -50,3 +71,39 @@ def test_actor_critic_learning_rates_are_checked(make_cfg, algo):
     cfg = make_cfg(f"algo={algo}", "env=pendulum", *TINY, "algo.critic_lr=0")
     with pytest.raises(ConfigError, match="critic_lr must be positive, got 0"):
         train(cfg)
+
+
+def test_keys_read_with_the_run_settings_pass(make_cfg):
+    cfg = make_cfg("replay.prioritized=true", "replay.alpha=0.7", "replay.fanout=8", "quant.bits=8",
+                   "quant.engine=x86", "eval.every_frames=100")
+    assert unread_keys(cfg) == {}
+    check_one_spelling(cfg)
+    assert unread_keys(make_cfg("replay.shared=true", "replay.fanout=8")) == {}
+
+
+def test_checkpoint_keys_have_one_spelling(make_cfg):
+    with pytest.raises(ConfigError, match="callbacks.checkpoint.keep_last is set with checkpoint.keep_last; "
+                                          "say checkpoint.keep_last=5"):
+        check_one_spelling(make_cfg("callbacks=default", "callbacks.checkpoint.keep_last=5"))
+    check_one_spelling(make_cfg("callbacks=default", "checkpoint.keep_last=5"))
+    check_one_spelling(make_cfg("~callbacks.checkpoint"))
+
+
+@pytest.mark.parametrize(("override", "spelling"), [("replay=prioritized", "replay.prioritized=true"),
+                                                    ("replay=uniform", "replay.prioritized=true")])
+def test_a_replaced_spelling_names_the_key(override, spelling):
+    error = composition_error([override])
+    assert error.startswith(f"{override}: the replay group has one option") and spelling in error
+
+
+def test_a_sweep_runs_with_a_key_only_some_jobs_read_and_warns_once(capsys):
+    assert sweep_error(["-m", "+experiment=dqn_cartpole", "quant.bits=32,8", "quant.engine=x86"]) is None
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings == ["actorq: warning: sweep job 0 ignores quant.engine (quant.engine=x86 needs quant.bits=8 or "
+                        "quant.bits=auto: nothing reads it otherwise)"]
+
+
+def test_a_sweep_whose_jobs_all_ignore_a_key_is_refused():
+    error = sweep_error(["-m", "+experiment=dqn_cartpole", "seed=0,1", "replay.alpha=0.5"])
+    assert error.startswith("sweep job 0 (+experiment=dqn_cartpole seed=0 replay.alpha=0.5): replay.alpha=0.5 needs "
+                            "replay.prioritized=true") and "no job of the sweep reads it" in error

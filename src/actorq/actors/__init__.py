@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actorq.replay.experience import ExperienceWriter
 
 
-def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, sync: bool = False, **kwargs: Any):
-    """The actor pool ``actors.backend`` names, built from the ``actors`` config group.
+def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, sync: bool = False,
+               writer: ExperienceWriter | None = None, **kwargs: Any):
+    """The actor pool ``actors.backend`` names, built from the ``actors`` config group (its
+    keys are checked with the run config, :mod:`actorq.checks`).
 
     Args:
         backend: ``"process"``: :class:`~actorq.actors.pool.ActorPool`, worker processes on
@@ -16,18 +21,15 @@ def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, s
         ray: ``address``, ``num_cpus``, ``resources`` and ``requests_in_flight`` for the Ray
             backend (``actors.ray``).
         sync: lock-step collection (Ray backend only): every actor's batch each round.
+        writer: the shared replay's writer, for worker processes that store their batches
+            themselves; Ray actors may run on other machines, so with them the learner stores
+            every batch.
         kwargs: the pool's own arguments.
     """
-    if not isinstance(sync, bool):
-        raise ValueError(f"actors.sync must be true or false, got {sync!r}")
-    if backend == "process":
-        from actorq.actors.pool import ActorPool
-
-        if sync:
-            raise ValueError("actors.sync=true needs actors.backend=ray; local actor processes collect asynchronously")
-        return ActorPool(**kwargs)
     if backend == "ray":
         from actorq.actors.ray_pool import RayActorPool
 
         return RayActorPool(**kwargs, **dict(ray or {}), sync=sync)
-    raise ValueError(f"actors.backend must be process or ray, got {backend!r}")
+    from actorq.actors.pool import ActorPool
+
+    return ActorPool(**kwargs, writer=writer)

@@ -338,21 +338,11 @@ class _Collector(MultiAsyncCollector):
 _TORCHRL_FAILURE = re.compile(r"worker (\d+) \(exit code (-?\d+)\)")
 
 
-def check_pool_args(num_workers: int, envs_per_worker: int, frames_per_batch: int, total_frames: int,
-                    frames_done: int, init_random_frames: int, restart_on_failure: bool, max_restarts: int) -> None:
-    """Raises ``ValueError`` for arguments no actor pool (local or Ray) can run with."""
-    for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
-                        ("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
-        if value <= 0:
-            raise ValueError(f"actors.{name} must be positive, got {value}")
+def check_frames_done(frames_done: int, total_frames: int) -> None:
+    """Raises ``ValueError`` unless a resumed run has frames left to collect. The ``actors.*``
+    keys themselves are checked with the run config (:mod:`actorq.checks`)."""
     if not 0 <= frames_done < total_frames:
         raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
-    if init_random_frames < 0:
-        raise ValueError(f"actors.init_random_frames must be >= 0, got {init_random_frames}")
-    if not isinstance(restart_on_failure, bool):
-        raise ValueError(f"actors.restart_on_failure must be true or false, got {restart_on_failure!r}")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise ValueError(f"actors.max_restarts must be an integer >= 0, got {max_restarts!r}")
 
 
 class ActorPool:
@@ -430,8 +420,7 @@ class ActorPool:
         frames_done: int = 0,
         lean_rollout: bool = True,
     ):
-        check_pool_args(num_workers, envs_per_worker, frames_per_batch, total_frames, frames_done,
-                        init_random_frames, restart_on_failure, max_restarts)
+        check_frames_done(frames_done, total_frames)
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
         self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)

@@ -16,20 +16,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.pool import ActorWorkerError, check_pool_args, make_worker_env, set_worker_index
+from actorq.actors.pool import ActorWorkerError, check_frames_done, make_worker_env, set_worker_index
 from actorq.actors.rollout import LeanCollector
 from actorq.envs import OBSERVATION
 from actorq.errors import ConfigError
-
-if TYPE_CHECKING:
-    from actorq.replay.experience import ExperienceWriter
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +74,6 @@ class RayActorPool:
         env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
         frames_done: as for :class:`~actorq.actors.pool.ActorPool`.
-        writer: accepted for the same interface and not used: the learner stores every
-            batch (a Ray actor on another machine cannot reach this machine's shared memory).
         address: the Ray cluster: ``"local"`` starts one on this machine for the run,
             ``"auto"`` joins the one ``ray start`` runs here, else a cluster's address.
         num_cpus: CPUs Ray reserves for each actor.
@@ -112,7 +107,6 @@ class RayActorPool:
         init_random_frames: int = 0,
         seed: int = 0,
         library: str | None = None,
-        writer: ExperienceWriter | None = None,
         lean_envs: bool = True,
         restart_on_failure: bool = True,
         max_restarts: int = 3,
@@ -124,12 +118,7 @@ class RayActorPool:
         sync: bool = False,
         requests_in_flight: int = 2,
     ):
-        check_pool_args(num_workers, envs_per_worker, frames_per_batch, total_frames, frames_done,
-                        init_random_frames, restart_on_failure, max_restarts)
-        if num_cpus < 0:
-            raise ValueError(f"actors.ray.num_cpus must be >= 0, got {num_cpus}")
-        if requests_in_flight < 1:
-            raise ValueError(f"actors.ray.requests_in_flight must be >= 1, got {requests_in_flight}")
+        check_frames_done(frames_done, total_frames)
         self.ray = import_ray()
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
         self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)

@@ -143,14 +143,11 @@ class OffPolicyLearner(L.LightningModule):
         final_lr_fraction: float = 1.0,
     ):
         super().__init__()
-        check_positive(batch_size=batch_size, n_step=n_step, target_update_period=target_update_period,
-                       update_to_data=update_to_data)
-        check_number(gamma=gamma, learning_starts=learning_starts, target_tau=target_tau,
-                     final_lr_fraction=final_lr_fraction)
+        # batch_size, n_step and learning_starts are checked with the run config (actorq.checks)
+        check_positive(target_update_period=target_update_period, update_to_data=update_to_data)
+        check_number(gamma=gamma, target_tau=target_tau, final_lr_fraction=final_lr_fraction)
         if not 0 < gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
-        if learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {learning_starts}")
         if not 0 < target_tau <= 1:
             raise ValueError(f"target_tau must be in (0, 1], got {target_tau}")
         if not 0 <= final_lr_fraction <= 1:

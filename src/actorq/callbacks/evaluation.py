@@ -37,17 +37,14 @@ class Evaluation(Callback):
     episodes of one policy differ by up to ~12%).
 
     Args:
-        every_frames: evaluation period in env frames.
-        episodes: episodes per evaluation.
+        every_frames: evaluation period in env frames (``eval.every_frames``, checked with
+            the run config, :mod:`actorq.checks`).
+        episodes: episodes per evaluation (``eval.episodes``, likewise).
         seed_offset: the ``k``-th evaluation (from 0) seeds its environment with the run's
             seed plus this plus ``k``.
     """
 
     def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000):
-        if every_frames <= 0:
-            raise ValueError(f"eval.every_frames must be positive, got {every_frames}")
-        if episodes <= 0:
-            raise ValueError(f"eval.episodes must be positive, got {episodes}")
         self.every_frames = every_frames
         self.episodes = episodes
         self.seed_offset = seed_offset

@@ -42,9 +42,8 @@ from torchrl._utils import seed_generator
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from actorq.envs.spec import OBSERVATION
+from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
 
-EPISODE_REWARD = "episode_reward"
 _DONE_KEYS = ("done", "terminated", "truncated")
 
 

@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
 
-from actorq.envs.spec import OBSERVATION
+from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
 from actorq.errors import ConfigError
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
     from actorq.envs.batched import RawEnvs
-
-EPISODE_REWARD = "episode_reward"
 
 
 class EnvSuite(abc.ABC):

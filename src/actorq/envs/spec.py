@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 OBSERVATION = "observation"
 """The key of the flat float32 observation vector of every environment."""
+EPISODE_REWARD = "episode_reward"
+"""The key of the running return of the current episode (TorchRL's ``RewardSum``)."""
 
 
 @dataclass(frozen=True)

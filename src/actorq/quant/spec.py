@@ -20,13 +20,13 @@ from dataclasses import dataclass, replace
 
 from typing import TYPE_CHECKING
 
+from actorq.checks import AUTO
 from actorq.errors import ConfigError
 from actorq.quant import _ao, codecs
 
 if TYPE_CHECKING:
     from actorq.quant.codecs import Codec
 
-AUTO = "auto"
 OBSERVERS = ("learned", "fixed")
 GRANULARITIES = ("per_tensor", "per_channel")
 

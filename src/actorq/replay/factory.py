@@ -4,10 +4,9 @@ Example:
     >>> replay = make_replay(capacity=1000, prioritized=True, beta_annealing_steps=500)
     >>> type(replay).__name__, replay.beta
     ('PrioritizedReplay', 0.4)
-    >>> make_replay(capacity=1000, prioritized="yes")
-    Traceback (most recent call last):
-    ...
-    ValueError: replay.prioritized must be true or false, got 'yes'
+
+The ``replay.*`` keys are checked with the run config (:mod:`actorq.checks`); the buffers
+check the values they cannot work with.
 """
 
 from __future__ import annotations
@@ -69,7 +68,6 @@ def make_replay(
     Raises:
         ValueError: for a value the buffers cannot work with.
     """
-    _check_flag("checkpoint", checkpoint)
     if template is not None:
         check_fits_in_memory(capacity, template)
     replay = _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
@@ -81,8 +79,6 @@ def make_replay(
 def _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed, template,
                   planned_updates) -> ReplayBuffer:
     """The buffer itself, from :func:`make_replay`'s arguments but ``checkpoint``."""
-    _check_flag("prioritized", prioritized)
-    _check_flag("shared", shared)
     if not (prioritized or shared):
         return UniformReplay(capacity, seed=seed)
     if beta_annealing_steps is None:
@@ -130,8 +126,3 @@ def transition_template(env: EnvBase) -> TensorDictBase:
     """
     step = env.fake_tensordict().unsqueeze(-1)  # one time step
     return nstep_transitions(step, n=1, gamma=1.0)[0]
-
-
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"replay.{name} must be true or false, got {value!r}")

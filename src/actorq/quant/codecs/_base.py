@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import torch
 from torch import nn
 
+from actorq.checks import AUTO, is_int
 from actorq.errors import ConfigError
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
 
 if TYPE_CHECKING:
     from actorq.quant.spec import QuantSpec
-
-AUTO = "auto"
 
 
 class Codec:
@@ -150,7 +149,7 @@ def check_bits(bits: object) -> None:
     """``ConfigError`` unless some codec serves ``bits`` without being named by ``format``."""
     if bits == AUTO:
         return
-    if not _is_int(bits) or not any(bits in codec.bits for codec in _REGISTRY.values() if codec.implicit):
+    if not is_int(bits) or not any(bits in codec.bits for codec in _REGISTRY.values() if codec.implicit):
         raise ConfigError(f"quant.bits must be {bits_help()} or 'auto', got {bits!r}")
 
 
@@ -166,10 +165,6 @@ def bits_help() -> str:
 def modes() -> tuple[str, ...]:
     """Every ``quant.mode`` some codec serves, in registration order."""
     return tuple(dict.fromkeys(mode for codec in _REGISTRY.values() for mode in codec.modes))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _overlap(a: Codec, b: Codec) -> bool:
