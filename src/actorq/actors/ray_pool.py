@@ -76,7 +76,7 @@ class RayActorPool:
     Args:
         env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
-        frames_done: as for :class:`~actorq.actors.pool.ActorPool`.
+        frames_done, env_modules: as for :class:`~actorq.actors.pool.ActorPool`.
         writer: accepted for the same interface and not used: the learner stores every
             batch (a Ray actor on another machine cannot reach this machine's shared memory).
         address: the Ray cluster: ``"local"`` starts one on this machine for the run,
@@ -123,6 +123,7 @@ class RayActorPool:
         ready_timeout_s: float = 300.0,
         sync: bool = False,
         requests_in_flight: int = 2,
+        env_modules: tuple[str, ...] = (),
     ):
         check_pool_args(num_workers, envs_per_worker, frames_per_batch, total_frames, frames_done,
                         init_random_frames, restart_on_failure, max_restarts)
@@ -132,7 +133,8 @@ class RayActorPool:
             raise ValueError(f"actors.ray.requests_in_flight must be >= 1, got {requests_in_flight}")
         self.ray = import_ray()
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
+        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
+                              tuple(env_modules))
         self.num_workers = num_workers
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames

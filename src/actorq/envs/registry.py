@@ -1,7 +1,9 @@
 """Environment suites (gymnasium, dm_control, yours) behind one :func:`make_env` call.
 
 A suite is a small :class:`EnvSuite` subclass registered with :func:`register_suite`; its
-``name`` is what ``env.library`` in a config names. Nothing here guesses a library from the
+``name`` is what ``env.library`` in a config names. A suite outside actorq registers itself
+when its module is imported: ``env.module`` names that module, and :func:`import_suites`
+imports it in every process that builds envs. Nothing here guesses a library from the
 shape of an environment name: given no library, :func:`make_env` asks every suite
 :meth:`EnvSuite.knows` and needs exactly one yes.
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import abc
 import difflib
+import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
@@ -90,6 +94,43 @@ def unregister_suite(name: str) -> None:
     del _SUITES[name]
 
 
+def suite_modules(modules: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The module names ``env.module`` gives (one name, a list of them, or none) as a tuple.
+
+    Raises:
+        ConfigError: anything but a non-empty module name or a list of them.
+    """
+    if modules is None:
+        return ()
+    names = (modules,) if isinstance(modules, str) else modules
+    if not isinstance(names, Sequence) or not all(isinstance(name, str) and name for name in names):
+        raise ConfigError(f"env.module must be a module name or a list of module names, got {modules!r}")
+    return tuple(names)
+
+
+def import_suites(modules: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Imports the modules that register env suites of their own (``env.module``), in order.
+
+    Every process that builds envs imports them before it does: the run's main process, each
+    actor worker process and each Ray actor. Importing a module twice is a no-op.
+
+    Returns:
+        The module names, as :func:`suite_modules` gives them.
+
+    Raises:
+        ConfigError: a bad ``modules`` value, or a module that cannot be imported (naming the
+            module and the error its import raised, in one line).
+    """
+    names = suite_modules(modules)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001  any failure of the user's module is a bad env.module
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            raise ConfigError(f"env.module: cannot import {name!r}: {type(error).__name__}: {first_line}") from error
+    return names
+
+
 def suites() -> dict[str, EnvSuite]:
     """The registered suites by name (a copy: registering goes through :func:`register_suite`)."""
     return dict(_SUITES)
@@ -105,7 +146,8 @@ def find_suite(env_name: str, library: str | None = None) -> EnvSuite:
     if library is not None:
         if library not in _SUITES:
             raise ConfigError(
-                f"unknown env library {library!r}: the registered suites are {_listing()}"
+                f"unknown env library {library!r}: the registered suites are {_listing()} "
+                "(a suite of your own: name the module that registers it in env.module)"
             )
         suite = _SUITES[library]
         if suite.knows(env_name):
