@@ -89,6 +89,8 @@ def test_registering_checks_the_class(register):
         register_suite(suite_class("", ["c-v0"]))
     with pytest.raises(TypeError, match="EnvSuite subclass"):
         register_suite(object)
+    with pytest.raises(TypeError, match="Envless needs its environment: implement make_raw"):
+        register_suite(type("Envless", (EnvSuite,), {"name": "envless", "names": lambda self: []}))
     with pytest.raises(KeyError, match="no env suite named 'never'"):
         unregister_suite("never")
 

@@ -4,8 +4,10 @@ actorq, imported the way ``env.module`` imports it."""
 import sys
 
 import pytest
+import torch
 
 from actorq.envs import EnvSpec, import_suites, make_env, random_observations, suites, unregister_suite
+from actorq.envs.batched import LeanBatchedEnv, make_batched_env
 from tests.unit.test_architecture_examples import example
 
 MODULE = "corridor_suite"
@@ -32,6 +34,18 @@ def test_importing_the_module_registers_its_suite(corridor_suite):
     steps = env.rollout(8, break_when_any_done=False)
     assert steps["next", "observation"].shape == (8, 1)
     assert random_observations(env, 6).shape == (6, 1)
+
+
+def test_actors_evaluation_and_make_env_step_the_one_raw_env(corridor_suite):
+    single = make_env("corridor-5", seed=3, library="corridor")
+    batch = make_batched_env("corridor-5", 2, seed=3, library="corridor")
+    assert isinstance(single, LeanBatchedEnv) and not single.batched
+    assert isinstance(batch.raw.envs[0], corridor_suite.Corridor) and batch.batch_size == (2,)
+    right = torch.ones(4, dtype=torch.int64)
+    single_steps = single.rollout(4, policy=lambda td: td.set("action", right[0]))
+    batch_steps = batch.rollout(4, policy=lambda td: td.set("action", right[:2]))
+    assert torch.equal(single_steps["next", "observation"], batch_steps["next", "observation"][0])
+    assert single_steps["next", "observation"][-1].item() == pytest.approx(0.8)  # 4 cells right of 5
 
 
 def test_without_a_library_the_suite_is_found_by_name(corridor_suite):

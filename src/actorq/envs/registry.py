@@ -40,8 +40,11 @@ EPISODE_REWARD = "episode_reward"
 class EnvSuite(abc.ABC):
     """A family of environments that :func:`make_env` can build.
 
-    Subclass it, set ``name`` (the value of ``env.library``), implement :meth:`names` and
-    :meth:`make`, and decorate the class with :func:`register_suite`.
+    Subclass it, set ``name`` (the value of ``env.library``), implement :meth:`names` and the
+    environment once, and decorate the class with :func:`register_suite`. The environment is
+    either :meth:`make_raw` (``n`` raw simulators stepped in numpy: actor workers and
+    evaluation step them as one lean batch, and :meth:`make` is derived from them) or, for
+    what raw simulators cannot express, :meth:`make` (a TorchRL env with its transforms).
     """
 
     name: ClassVar[str] = ""
@@ -55,13 +58,21 @@ class EnvSuite(abc.ABC):
         """Whether :meth:`make` can build ``env_name``; override when :meth:`names` is slow."""
         return env_name in self.names()
 
-    @abc.abstractmethod
     def make(self, env_name: str, seed: int | None) -> EnvBase:
         """Builds ``env_name``, seeded with ``seed`` unless it is None.
 
         The environment must have a flat float32 ``"observation"``, a float32 reward and the
         running ``"episode_reward"`` (TorchRL's ``RewardSum``); :func:`make_env` checks this.
+        By default one raw env of :meth:`make_raw` behind a
+        :class:`~actorq.envs.batched.LeanBatchedEnv`, which has all of that.
         """
+        from actorq.envs.batched import LeanBatchedEnv
+
+        raw = self.make_raw(env_name, 1)
+        if raw is None:
+            raise NotImplementedError(f"env suite {self.name!r} has no raw envs for {env_name!r}: "
+                                      "implement make() for it")
+        return LeanBatchedEnv(raw, batched=False, seed=seed)
 
     def make_raw(self, env_name: str, num_envs: int) -> RawEnvs | None:
         """``num_envs`` raw simulators for the lean batched path (:mod:`actorq.envs.batched`),
@@ -81,6 +92,8 @@ def register_suite(cls: S) -> S:
         raise TypeError(f"register_suite takes an EnvSuite subclass, not {cls!r}")
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a non-empty `name` to be registered")
+    if cls.make is EnvSuite.make and cls.make_raw is EnvSuite.make_raw:
+        raise TypeError(f"{cls.__name__} needs its environment: implement make_raw() (or make())")
     if cls.name in _SUITES:
         raise ValueError(f"an env suite named {cls.name!r} is already registered")
     _SUITES[cls.name] = cls()
