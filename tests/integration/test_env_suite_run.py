@@ -4,9 +4,13 @@ imported by the run's main process and by each of its two actor worker processes
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+import actorq
+from actorq.envs import suites, unregister_suite
 
 from tests.conftest import TINY
 from tests.integration.test_smoke import run_cli
@@ -32,18 +36,26 @@ def witnessed_step(self, action):
 corridor_suite.Corridor.step = witnessed_step
 '''
 CORRIDOR = ("env.name=corridor-5", "env.library=corridor", "actors.num_workers=2", "algo.hidden=[16]",
-            "callbacks=no_checkpoint", "trainer.enable_progress_bar=false", *TINY)
+            "trainer.enable_progress_bar=false", *TINY)
+MODULES = ("corridor_suite", "witness")
 
 
 @pytest.fixture
-def suite_folder(tmp_path) -> Path:
-    """A folder outside actorq holding the page's corridor_suite.py and the witness module."""
+def suite_folder(tmp_path, monkeypatch) -> Path:
+    """A folder outside actorq holding the page's corridor_suite.py and the witness module, on
+    this process's path too; afterwards this process's registry and modules are as they were."""
     folder = tmp_path / "suites"
     folder.mkdir()
     (folder / "corridor_suite.py").write_text(example("corridor-suite", "configuration.md"))
     (folder / "witness.py").write_text(WITNESS)
     (tmp_path / "witnessed").mkdir()
-    return folder
+    monkeypatch.syspath_prepend(str(folder))
+    assert not set(MODULES) & set(sys.modules)
+    yield folder
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    if "corridor" in suites():
+        unregister_suite("corridor")
 
 
 def run_with(folder: Path, *overrides: str):
@@ -67,6 +79,8 @@ def test_two_actor_workers_step_a_suite_named_by_env_module(suite_folder, backen
     assert summary["collect"]["actor_restarts"] == 0 and summary["final_return"] is not None
     witnessed = {path.name for path in (suite_folder.parent / "witnessed").iterdir()}
     assert witnessed == {"worker-0", "worker-1", "worker-None"}  # both workers and the evaluation
+    agent = actorq.load(run_dir)  # imports env.module here, as the run's processes did
+    assert agent.spec.obs_dim == 1 and "corridor" in suites()
 
 
 def test_without_env_module_the_run_stops_in_one_line_with_exit_2(suite_folder):
