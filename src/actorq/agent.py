@@ -36,7 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
 from actorq.callbacks.evaluation import greedy
-from actorq.envs import EnvSpec, make_env
+from actorq.envs import EnvSpec, import_suites, make_env
 from actorq.envs.batched import make_batched_env
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
@@ -163,6 +163,7 @@ def learner_from_config(config: DictConfig | dict, state_dict: dict, source: Pat
 
     cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
     try:
+        import_suites(cfg.env.get("module"))
         env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
         learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
     except (OmegaConfBaseException, HydraException) as error:

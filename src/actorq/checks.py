@@ -50,6 +50,7 @@ TRAINER_PRECISIONS = (AUTO, "32-true", "bf16-mixed", "16-mixed", "bf16-true", "1
 def check_run_config(cfg: DictConfig) -> None:
     """Every check below, in order; raises :class:`~actorq.errors.ConfigError`."""
     check_top_level(cfg)
+    check_env_modules(cfg)
     check_seed(cfg)
     check_integers(cfg)
     check_booleans(cfg)
@@ -66,6 +67,14 @@ def check_top_level(cfg: DictConfig) -> None:
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {', '.join(unknown)}; the run config has "
                           f"{', '.join(sorted(TOP_LEVEL_KEYS - {'hydra'}))}")
+
+
+def check_env_modules(cfg: DictConfig) -> None:
+    """Imports ``env.module`` (the modules registering suites of one's own) in this process, so
+    that one that cannot be imported stops the run here, not in its actor processes."""
+    from actorq.envs import import_suites
+
+    import_suites(_select(cfg, "env.module"))
 
 
 def check_seed(cfg: DictConfig) -> None:

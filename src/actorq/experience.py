@@ -65,6 +65,8 @@ class Experience(L.LightningDataModule):
         quant: the precision the actors run at (``bits="auto"`` already resolved).
         seed: the run's seed (actors derive theirs from it; evaluation adds an offset).
         library: the environment suite (``env.library``); ``None`` looks the name up.
+        env_modules: modules every actor process imports before it builds its envs
+            (``env.module``; this process imported them before the run was built).
         config: the whole run config, kept in checkpoints as a hyperparameter.
 
     With ``trainer.devices > 1`` (:mod:`actorq.parallel`) only rank 0 builds the replay,
@@ -89,12 +91,14 @@ class Experience(L.LightningDataModule):
         seed: int = 0,
         library: str | None = None,
         config: dict[str, Any] | None = None,
+        env_modules: tuple[str, ...] = (),
     ):
         super().__init__()
         if config is not None:
             self.save_hyperparameters({"config": config})
         self.env_name = env_name
         self.library = library
+        self.env_modules = tuple(env_modules)
         self.seed = seed
         self.make_actors = make_actors
         self.make_replay = make_replay
@@ -166,6 +170,7 @@ class Experience(L.LightningDataModule):
                 self.make_actors,
                 env_name=self.env_name,
                 library=self.library,
+                env_modules=self.env_modules,
                 policy=self.actor_policy,
                 seed=self.seed + learner.frames,
                 writer=self.writer if self.writer.in_workers else None,

@@ -35,7 +35,7 @@ from actorq.algos.base import check_policy_network
 from actorq.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
 from actorq.checks import check_run_config
-from actorq.envs import EnvSpec, make_env, random_observations
+from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
 from actorq.errors import ConfigError
 from actorq.experience import Experience
 from actorq.learner_precision import resolve_learner_precision
@@ -128,6 +128,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
         actor_policy=actor_policy(learner, quant, observations), quant=quant,
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
+        env_modules=suite_modules(cfg.env.get("module")),
     )
     bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
     trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=[*callbacks.values(), *bar],
@@ -181,7 +182,8 @@ def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str |
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
     experience = Experience(cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
-                            actor_policy=None, quant=None, seed=cfg.seed, library=cfg.env.get("library"))
+                            actor_policy=None, quant=None, seed=cfg.seed, library=cfg.env.get("library"),
+                            env_modules=suite_modules(cfg.env.get("module")))
     checkpoints = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
     trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger,
                     enable_checkpointing=has_checkpoints(checkpoints))

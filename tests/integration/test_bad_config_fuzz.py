@@ -41,6 +41,7 @@ OTHER_BAD = {
     "trainer.max_epochs": ("2", "0", "-1", "abc"),
     "actors.restart_on_failure": ("maybe", "2"),
     "actors.backend": ("nope", "1", "''", "Ray"),
+    "env.module": ("no_such_suite_module", "3", "''", "[1]", "'not a module'", "{a:1}", "[os,nope.nope]"),
     "actors.sync": ("maybe", "2", "true"),  # true: the process backend has no lock-step mode
     "trainer.devices": ("0", "-1", "1.5", "abc", "true", "auto", "[0,1]",
                         "3"),  # 3: algo.batch_size=32 does not split over 3 learner ranks

@@ -1,11 +1,15 @@
-"""The env suite registry: listing, choosing a suite, and the errors a config can run into."""
+"""The env suite registry: listing, choosing a suite, importing suites of one's own
+(``env.module``), and the errors a config can run into."""
+
+import sys
 
 import pytest
 from torchrl.envs import CatTensors, RewardSum, TransformedEnv
 from torchrl.envs.libs.dm_control import DMControlEnv
 from torchrl.envs.libs.gym import GymEnv
 
-from actorq.envs import EnvSuite, find_suite, make_env, register_suite, suites, unregister_suite
+from actorq.envs import (EnvSuite, find_suite, import_suites, make_env, register_suite, suite_modules, suites,
+                         unregister_suite)
 from actorq.errors import ConfigError
 
 
@@ -85,6 +89,8 @@ def test_registering_checks_the_class(register):
         register_suite(suite_class("", ["c-v0"]))
     with pytest.raises(TypeError, match="EnvSuite subclass"):
         register_suite(object)
+    with pytest.raises(TypeError, match="Envless needs its environment: implement make_raw"):
+        register_suite(type("Envless", (EnvSuite,), {"name": "envless", "names": lambda self: []}))
     with pytest.raises(KeyError, match="no env suite named 'never'"):
         unregister_suite("never")
 
@@ -104,3 +110,46 @@ def test_make_env_checks_what_a_suite_makes(register):
         make_env("pendulum-bare", library="bare")
     with pytest.raises(TypeError, match="torch.float64.*not a flat float32 vector.*the reward is torch.float64"):
         make_env("pendulum-raw", library="raw")
+
+
+@pytest.mark.parametrize(("value", "names"), [(None, ()), ("a.b", ("a.b",)), (["a", "b.c"], ("a", "b.c")), ([], ())])
+def test_env_module_is_one_name_or_a_list(value, names):
+    assert suite_modules(value) == names
+
+
+@pytest.mark.parametrize("value", [3, "", ["a", 1], [""], {"a": 1}, True])
+def test_a_bad_env_module_value_is_a_one_line_error(value):
+    with pytest.raises(ConfigError, match=r"^env.module must be a module name or a list of module names, got"):
+        suite_modules(value)
+
+
+def test_a_module_that_cannot_be_imported_is_named_in_one_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_suite.py").write_text("raise RuntimeError('no simulator here\\nsecond line')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as missing:
+        import_suites(["json", "no_such_suite_module"])
+    assert str(missing.value) == ("env.module: cannot import 'no_such_suite_module': "
+                                  "ModuleNotFoundError: No module named 'no_such_suite_module'")
+    with pytest.raises(ConfigError) as broken:
+        import_suites("broken_suite")
+    assert str(broken.value) == "env.module: cannot import 'broken_suite': RuntimeError: no simulator here"
+
+
+def test_importing_a_module_registers_its_suite_once(tmp_path, monkeypatch):
+    (tmp_path / "once_suite.py").write_text(
+        "from actorq.envs import EnvSuite, register_suite\n"
+        "@register_suite\n"
+        "class Once(EnvSuite):\n"
+        "    name = 'once'\n"
+        "    def names(self): return ['once-v0']\n"
+        "    def make(self, env_name, seed): raise AssertionError\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "once_suite", raising=False)
+    try:
+        assert import_suites(["once_suite", "once_suite"]) == ("once_suite", "once_suite")
+        import_suites("once_suite")  # imported already: registers nothing again
+        assert find_suite("once-v0").name == "once"
+    finally:
+        sys.modules.pop("once_suite", None)
+        unregister_suite("once")

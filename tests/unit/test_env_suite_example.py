@@ -1,79 +1,66 @@
-"""The worked example of docs/configuration.md: a new env suite, end to end, in one file."""
+"""The worked example of docs/configuration.md: a suite of one's own, in a module outside
+actorq, imported the way ``env.module`` imports it."""
 
-from pathlib import Path
+import sys
 
-import gymnasium
-import numpy as np
 import pytest
-from torchrl.envs import Compose, DoubleToFloat, RewardSum, TransformedEnv
-from torchrl.envs.libs.gym import GymWrapper
+import torch
 
-from actorq.envs import EnvSpec, EnvSuite, make_env, random_observations, register_suite, suites, unregister_suite
+from actorq.envs import EnvSpec, import_suites, make_env, random_observations, suites, unregister_suite
+from actorq.envs.batched import LeanBatchedEnv, make_batched_env
+from tests.unit.test_architecture_examples import example
 
-
-class Corridor(gymnasium.Env):
-    """Walk right along a corridor of `length` cells; reaching the end pays 1 and ends the episode."""
-
-    def __init__(self, length: int):
-        self.length = length
-        self.observation_space = gymnasium.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float64)
-        self.action_space = gymnasium.spaces.Discrete(2)  # 0: left, 1: right
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.position = 0
-        return self._observation(), {}
-
-    def step(self, action):
-        self.position = min(max(self.position + (1 if action == 1 else -1), 0), self.length)
-        done = self.position == self.length
-        return self._observation(), float(done), done, False, {}
-
-    def _observation(self):
-        return np.array([self.position / self.length])
+MODULE = "corridor_suite"
 
 
 @pytest.fixture
-def toy_suite():
-    @register_suite  # from here on, `env.library: toy` (or library="toy") picks this suite
-    class ToySuite(EnvSuite):
-        name = "toy"
-
-        def names(self):
-            return ["corridor-5", "corridor-20"]
-
-        def make(self, env_name, seed):
-            length = int(env_name.removeprefix("corridor-"))
-            env = TransformedEnv(
-                GymWrapper(Corridor(length), categorical_action_encoding=True),
-                Compose(DoubleToFloat(), RewardSum()),  # float32 observation and reward, episode_reward
-            )
-            if seed is not None:
-                env.set_seed(seed)
-            return env
-
-    yield ToySuite
-    unregister_suite("toy")  # tests only: leave the registry as it was
+def corridor_suite(tmp_path, monkeypatch):
+    """The page's ``corridor_suite.py`` in a folder on the Python path, imported; afterwards the
+    registry and ``sys.modules`` are as they were."""
+    (tmp_path / f"{MODULE}.py").write_text(example("corridor-suite", "configuration.md"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert import_suites(MODULE) == (MODULE,)
+        yield sys.modules[MODULE]
+    finally:
+        sys.modules.pop(MODULE, None)
+        if "corridor" in suites():
+            unregister_suite("corridor")
 
 
-def test_a_new_suite_works_end_to_end(toy_suite):
-    env = make_env("corridor-5", seed=0, library="toy")
+def test_importing_the_module_registers_its_suite(corridor_suite):
+    env = make_env("corridor-5", seed=0, library="corridor")
     assert EnvSpec.from_env(env) == EnvSpec(obs_dim=1, discrete=True, num_actions=2)
     steps = env.rollout(8, break_when_any_done=False)
     assert steps["next", "observation"].shape == (8, 1)
     assert random_observations(env, 6).shape == (6, 1)
 
 
-def test_without_a_library_the_new_suite_is_found_by_name(toy_suite):
+def test_actors_evaluation_and_make_env_step_the_one_raw_env(corridor_suite):
+    single = make_env("corridor-5", seed=3, library="corridor")
+    batch = make_batched_env("corridor-5", 2, seed=3, library="corridor")
+    assert isinstance(single, LeanBatchedEnv) and not single.batched
+    assert isinstance(batch.raw.envs[0], corridor_suite.Corridor) and batch.batch_size == (2,)
+    right = torch.ones(4, dtype=torch.int64)
+    single_steps = single.rollout(4, policy=lambda td: td.set("action", right[0]))
+    batch_steps = batch.rollout(4, policy=lambda td: td.set("action", right[:2]))
+    assert torch.equal(single_steps["next", "observation"], batch_steps["next", "observation"][0])
+    assert single_steps["next", "observation"][-1].item() == pytest.approx(0.8)  # 4 cells right of 5
+
+
+def test_without_a_library_the_suite_is_found_by_name(corridor_suite):
     assert EnvSpec.from_env(make_env("corridor-20")).obs_dim == 1
 
 
+def test_the_corridor_pays_at_its_end_and_cuts_episodes_short(corridor_suite):
+    corridor = corridor_suite.Corridor(2)
+    corridor.reset(seed=0)
+    assert corridor.step(1)[1:4] == (0.0, False, False)
+    assert corridor.step(1)[1:4] == (1.0, True, False)
+    corridor.reset(seed=0)
+    ends = [corridor.step(0)[3] for _ in range(8)]
+    assert ends == [False] * 7 + [True]
+
+
 def test_the_example_leaves_the_registry_as_it_found_it():
-    assert "toy" not in suites()
-
-
-def test_the_docs_show_this_example_verbatim():
-    here = Path(__file__).read_text()
-    example = here[here.index("class Corridor") : here.index("def test_a_new_suite_works_end_to_end")].rstrip()
-    docs = Path(__file__).parents[2] / "docs" / "configuration.md"
-    assert example in docs.read_text(), "copy the example of this file into docs/configuration.md"
+    assert "corridor" not in suites() and MODULE not in sys.modules

@@ -43,7 +43,7 @@ from torchrl.collectors import _runner as torchrl_runner
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.actors.rollout import LeanCollector
-from actorq.envs import OBSERVATION, make_env
+from actorq.envs import OBSERVATION, import_suites, make_env
 from actorq.envs.batched import make_batched_env
 
 if TYPE_CHECKING:
@@ -105,14 +105,17 @@ WRITTEN = Written()
 
 
 def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None,
-                    lean: bool = True) -> EnvBase:
+                    lean: bool = True, env_modules: tuple[str, ...] = ()) -> EnvBase:
     """One worker's environments, stepped with one policy call per step for all of them.
 
+    It runs in the worker's process (a spawned actor process or a Ray actor), which first
+    imports ``env_modules`` (``env.module``): a suite of one's own registers itself there.
     With ``lean`` (``actors.lean_envs``) and a suite that has raw envs (dm_control,
     gymnasium), a :class:`~actorq.envs.batched.LeanBatchedEnv`: unbatched for one env,
     ``batch_size=[envs_per_worker]`` otherwise. Else today's TorchRL path: a single
     :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several.
     """
+    import_suites(env_modules)
     if lean:
         env = make_batched_env(env_name, None if envs_per_worker == 1 else envs_per_worker,
                                seed=seed, library=library)
@@ -372,6 +375,8 @@ class ActorPool:
         seed: base seed; worker ``i`` gets a distinct derived seed, and env ``j`` of a
             worker the ``j``-th seed of TorchRL's chain from it.
         library: the environment suite (``env.library``); ``None`` looks the name up.
+        env_modules: modules each worker imports before it builds its envs (``env.module``:
+            those registering a suite of one's own).
         writer: when given, each worker writes its batches through it (an
             :class:`~actorq.replay.experience.ExperienceWriter` over a shared replay) and
             iteration yields :data:`WRITTEN` for each batch written, until ``total_frames``
@@ -419,11 +424,13 @@ class ActorPool:
         max_restarts: int = 3,
         frames_done: int = 0,
         lean_rollout: bool = True,
+        env_modules: tuple[str, ...] = (),
     ):
         check_frames_done(frames_done, total_frames)
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
+        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
+                              tuple(env_modules))
         self.num_workers = num_workers
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames

@@ -73,7 +73,7 @@ class RayActorPool:
     Args:
         env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
-        frames_done: as for :class:`~actorq.actors.pool.ActorPool`.
+        frames_done, env_modules: as for :class:`~actorq.actors.pool.ActorPool`.
         address: the Ray cluster: ``"local"`` starts one on this machine for the run,
             ``"auto"`` joins the one ``ray start`` runs here, else a cluster's address.
         num_cpus: CPUs Ray reserves for each actor.
@@ -117,11 +117,13 @@ class RayActorPool:
         ready_timeout_s: float = 300.0,
         sync: bool = False,
         requests_in_flight: int = 2,
+        env_modules: tuple[str, ...] = (),
     ):
         check_frames_done(frames_done, total_frames)
         self.ray = import_ray()
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs)
+        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
+                              tuple(env_modules))
         self.num_workers = num_workers
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames

@@ -15,8 +15,10 @@ Example:
 from actorq.envs.registry import (
     EnvSuite,
     find_suite,
+    import_suites,
     make_env,
     register_suite,
+    suite_modules,
     suites,
     unregister_suite,
 )
@@ -35,10 +37,12 @@ __all__ = [
     "dm_control_tasks",
     "find_suite",
     "gym_ids",
+    "import_suites",
     "make_env",
     "random_observations",
     "register_suite",
     "rollout_return",
+    "suite_modules",
     "suites",
     "unregister_suite",
 ]

@@ -1,7 +1,9 @@
 """Environment suites (gymnasium, dm_control, yours) behind one :func:`make_env` call.
 
 A suite is a small :class:`EnvSuite` subclass registered with :func:`register_suite`; its
-``name`` is what ``env.library`` in a config names. Nothing here guesses a library from the
+``name`` is what ``env.library`` in a config names. A suite outside actorq registers itself
+when its module is imported: ``env.module`` names that module, and :func:`import_suites`
+imports it in every process that builds envs. Nothing here guesses a library from the
 shape of an environment name: given no library, :func:`make_env` asks every suite
 :meth:`EnvSuite.knows` and needs exactly one yes.
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import abc
 import difflib
+import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
@@ -34,8 +38,11 @@ if TYPE_CHECKING:
 class EnvSuite(abc.ABC):
     """A family of environments that :func:`make_env` can build.
 
-    Subclass it, set ``name`` (the value of ``env.library``), implement :meth:`names` and
-    :meth:`make`, and decorate the class with :func:`register_suite`.
+    Subclass it, set ``name`` (the value of ``env.library``), implement :meth:`names` and the
+    environment once, and decorate the class with :func:`register_suite`. The environment is
+    either :meth:`make_raw` (``n`` raw simulators stepped in numpy: actor workers and
+    evaluation step them as one lean batch, and :meth:`make` is derived from them) or, for
+    what raw simulators cannot express, :meth:`make` (a TorchRL env with its transforms).
     """
 
     name: ClassVar[str] = ""
@@ -49,13 +56,21 @@ class EnvSuite(abc.ABC):
         """Whether :meth:`make` can build ``env_name``; override when :meth:`names` is slow."""
         return env_name in self.names()
 
-    @abc.abstractmethod
     def make(self, env_name: str, seed: int | None) -> EnvBase:
         """Builds ``env_name``, seeded with ``seed`` unless it is None.
 
         The environment must have a flat float32 ``"observation"``, a float32 reward and the
         running ``"episode_reward"`` (TorchRL's ``RewardSum``); :func:`make_env` checks this.
+        By default one raw env of :meth:`make_raw` behind a
+        :class:`~actorq.envs.batched.LeanBatchedEnv`, which has all of that.
         """
+        from actorq.envs.batched import LeanBatchedEnv
+
+        raw = self.make_raw(env_name, 1)
+        if raw is None:
+            raise NotImplementedError(f"env suite {self.name!r} has no raw envs for {env_name!r}: "
+                                      "implement make() for it")
+        return LeanBatchedEnv(raw, batched=False, seed=seed)
 
     def make_raw(self, env_name: str, num_envs: int) -> RawEnvs | None:
         """``num_envs`` raw simulators for the lean batched path (:mod:`actorq.envs.batched`),
@@ -75,6 +90,8 @@ def register_suite(cls: S) -> S:
         raise TypeError(f"register_suite takes an EnvSuite subclass, not {cls!r}")
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a non-empty `name` to be registered")
+    if cls.make is EnvSuite.make and cls.make_raw is EnvSuite.make_raw:
+        raise TypeError(f"{cls.__name__} needs its environment: implement make_raw() (or make())")
     if cls.name in _SUITES:
         raise ValueError(f"an env suite named {cls.name!r} is already registered")
     _SUITES[cls.name] = cls()
@@ -86,6 +103,43 @@ def unregister_suite(name: str) -> None:
     if name not in _SUITES:
         raise KeyError(f"no env suite named {name!r} is registered")
     del _SUITES[name]
+
+
+def suite_modules(modules: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The module names ``env.module`` gives (one name, a list of them, or none) as a tuple.
+
+    Raises:
+        ConfigError: anything but a non-empty module name or a list of them.
+    """
+    if modules is None:
+        return ()
+    names = (modules,) if isinstance(modules, str) else modules
+    if not isinstance(names, Sequence) or not all(isinstance(name, str) and name for name in names):
+        raise ConfigError(f"env.module must be a module name or a list of module names, got {modules!r}")
+    return tuple(names)
+
+
+def import_suites(modules: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Imports the modules that register env suites of their own (``env.module``), in order.
+
+    Every process that builds envs imports them before it does: the run's main process, each
+    actor worker process and each Ray actor. Importing a module twice is a no-op.
+
+    Returns:
+        The module names, as :func:`suite_modules` gives them.
+
+    Raises:
+        ConfigError: a bad ``modules`` value, or a module that cannot be imported (naming the
+            module and the error its import raised, in one line).
+    """
+    names = suite_modules(modules)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001  any failure of the user's module is a bad env.module
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            raise ConfigError(f"env.module: cannot import {name!r}: {type(error).__name__}: {first_line}") from error
+    return names
 
 
 def suites() -> dict[str, EnvSuite]:
@@ -103,7 +157,8 @@ def find_suite(env_name: str, library: str | None = None) -> EnvSuite:
     if library is not None:
         if library not in _SUITES:
             raise ConfigError(
-                f"unknown env library {library!r}: the registered suites are {_listing()}"
+                f"unknown env library {library!r}: the registered suites are {_listing()} "
+                "(a suite of your own: name the module that registers it in env.module)"
             )
         suite = _SUITES[library]
         if suite.knows(env_name):
