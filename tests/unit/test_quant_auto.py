@@ -83,7 +83,7 @@ def test_width_1024_batch_16_picks_int8_and_its_own_network_is_really_faster():
     assert choice.name in ("int8_static_fp32_ends", "int8_dynamic"), choice.timings_us
     # The returned spec is the candidate of the reported name, and its codec formats exactly that.
     assert choice.spec == candidate_specs(spec)[choice.name]
-    assert choice.spec.codec.name == choice.name and choice.spec.is_int8
+    assert choice.spec.codec.name == choice.name and choice.spec.codec.int8_kernels
     picked = QuantizedNetwork.from_network(actor, choice.spec, calibration=observations)
     # The hidden 1024x1024 layer runs in int8 under either int8 codec (the default static
     # recipe keeps only the first and the last Linear in fp32).

@@ -116,9 +116,9 @@ class QuantSpec:
         return codecs.select(self)
 
     @property
-    def is_int8(self) -> bool:
-        """Real int8 kernels (torch.ao quantized modules) run in the actors."""
-        return not self.is_auto and self.codec.int8_kernels
+    def is_full_precision(self) -> bool:
+        """The actors run the learner's fp32 policy unchanged (the codec says so)."""
+        return not self.is_auto and self.codec.full_precision
 
     @property
     def is_static(self) -> bool:
@@ -137,8 +137,9 @@ class QuantSpec:
         return self.codec.describe(self)
 
     def with_bits(self, bits: int | str, mode: str | None = None) -> QuantSpec:
-        """A copy with other ``bits`` (and ``mode``) and no ``format``, everything else unchanged."""
-        return replace(self, bits=bits, mode=mode or self.mode, format=None)
+        """A copy with other ``bits`` and no ``format``, everything else unchanged; ``mode``
+        by default this spec's if the codec serving ``bits`` runs it, else one it runs."""
+        return replace(self, bits=bits, mode=mode or codecs.mode_for(bits, self.mode), format=None)
 
 
 def _pair(values: Sequence[float]) -> tuple[float, float]:
