@@ -29,14 +29,13 @@ import torch
 from torch import nn
 
 from actorq.quant import _ao
-from actorq.quant.codecs import registered
+from actorq.quant.codecs import full_precision, registered
 from actorq.quant.fidelity import action_error
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.spec import QuantSpec
 from actorq.quant.timing import time_forward
 
-# The full-precision codec ("fp32"): every candidate is compared with it.
-REFERENCE = next(codec.name for codec in registered() if codec.full_precision and codec.auto_candidate)
+REFERENCE = full_precision().name  # "fp32": every candidate is compared with it
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 A payload is a flat ``dict[str, torch.Tensor]`` of ordinary dtypes only (``int8`` codes,
 ``float32`` scales and biases, ``int32`` zero points, ``uint8`` packed codes, or
-``bfloat16``/``float32`` weights), named as the spec's codec says (:meth:`actorq.quant.Codec.payload_spec`). Plain tensors are what TorchRL's
-shared-memory weight sync can copy; torch.ao's packed int8 parameters are invisible to it.
+``bfloat16``/``float32`` weights), named as the spec's codec says
+(:meth:`actorq.quant.Codec.payload_spec`). Plain tensors are what TorchRL's shared-memory
+weight sync can copy; torch.ao's packed int8 parameters are invisible to it.
 
 Example:
     >>> from actorq.envs import EnvSpec

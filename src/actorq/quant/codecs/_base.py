@@ -140,6 +140,11 @@ def registered() -> tuple[Codec, ...]:
     return tuple(_REGISTRY.values())
 
 
+def full_precision() -> Codec:
+    """The codec whose actors run the learner's fp32 policy unchanged (``fp32``)."""
+    return next(codec for codec in _REGISTRY.values() if codec.full_precision)
+
+
 def codec_for(spec: QuantSpec) -> Codec:
     """The codec that runs ``spec`` (``bits="auto"`` must be resolved first)."""
     return spec.codec
