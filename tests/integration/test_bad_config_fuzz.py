@@ -51,7 +51,9 @@ STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["
              ["actors.backend=ray", "actors.ray.num_cpus=abc"], ["actors.backend=ray", "actors.ray.address=''"],
              ["actors.backend=ray", "actors.ray.nope=1"], ["actors.backend=ray", "actors.ray.requests_in_flight=0"],
              ["actors.backend=ray", "actors.ray.requests_in_flight=1.5"],
-             ["actors.backend=ray", "actors.ray.requests_in_flight=true"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"])
+             ["actors.backend=ray", "actors.ray.requests_in_flight=true"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"],
+             ["quant.format=int4_packed", "quant.bits=8"], ["quant.format=int4_packed", "quant.bits=auto"],
+             ["quant.format=int4_packed"], ["quant.format=int4"])
 
 
 def all_cases() -> list[list[str]]:
