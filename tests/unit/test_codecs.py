@@ -65,6 +65,12 @@ def test_with_bits_drops_the_format():
     assert QuantSpec(bits=8, mode="dynamic", format="int8_dynamic").with_bits(32).codec.name == "fp32"
 
 
+def test_with_bits_keeps_the_mode_where_the_codec_serving_the_bits_runs_it():
+    static, dynamic = QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic")
+    assert dynamic.with_bits(8).codec.name == "int8_dynamic" and static.with_bits(16).mode == "static"
+    assert static.with_bits(4).codec.name == "simulated"  # 4 bits run dynamic only
+
+
 class Twelve(Codec):
     """A made-up implicit format for a bits value nobody serves (fp32 under the hood)."""
 

@@ -52,7 +52,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def actors_return(summary: dict) -> float:
     """The actors' policy's final return: the quantized one's, or for fp32 actors (no
-    quantized evaluation) the fp32 one."""
+    quantized evaluation) the fp32 one.
+
+    Example:
+        >>> actors_return({"final_return": 200.0, "final_return_quant": 180.0})
+        180.0
+        >>> actors_return({"final_return": 200.0, "final_return_quant": None})
+        200.0
+    """
     quant = summary["final_return_quant"]
     return summary["final_return"] if quant is None else quant
 

@@ -67,7 +67,7 @@ def reference_module(
     spec.codec.check_layout(layout)
     converted = spec.codec.reference(network.trunk, spec, calibration)
     if converted is None:
-        raise ConfigError(f"a torch.ao reference exists for quant.bits=8 only, got {spec.bits}")
+        raise ConfigError(f"{spec.describe()} has no torch.ao reference module; the int8 codecs have one")
     return nn.Sequential(converted, network.head).eval()
 
 

@@ -38,7 +38,8 @@ class QuantSpec:
     Attributes:
         bits: 32 (fp32, unchanged), 16 (bfloat16), 8 (int8 torch.ao kernels), 2..7 (weights
             rounded to that many bits, computed in fp32: a simulation, as in QuaRL's precision
-            sweeps) or ``"auto"`` (pick the fastest faithful one, see
+            sweeps; ``bits=4, format="int4_packed"``: really packed two codes to a byte) or
+            ``"auto"`` (pick the fastest faithful one, see
             :func:`actorq.quant.select_precision`).
         mode: for ``bits=8``: ``"static"`` (activation ranges calibrated before the push, every
             layer runs in int8) or ``"dynamic"`` (int8 weights, activations quantized on the fly

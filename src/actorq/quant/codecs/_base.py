@@ -94,9 +94,7 @@ class Codec:
     def candidate_spec(self, spec: QuantSpec) -> QuantSpec:
         """The spec ``auto`` times for this codec: ``spec``'s settings at this codec's bits and mode."""
         mode = spec.mode if not self.modes or spec.mode in self.modes else self.modes[0]
-        return dataclasses.replace(
-            spec, bits=max(self.bits), mode=mode, format=None if self.implicit else self.name
-        )
+        return dataclasses.replace(spec, bits=max(self.bits), mode=mode, format=None if self.implicit else self.name)
 
     def reference(
         self, trunk: nn.Sequential, spec: QuantSpec, calibration: torch.Tensor | None
