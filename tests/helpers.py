@@ -1,9 +1,12 @@
 """Test helpers: learners attached to a real Lightning Trainer without fitting, the random
-transitions their updates are tested on, a run's TensorBoard scalars and the processes a
-test left running."""
+transitions their updates are tested on, a run's TensorBoard scalars, the processes a test
+left running and the worked examples of the docs."""
 
 from __future__ import annotations
 
+import re
+import sys
+import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +24,24 @@ from actorq.replay.base import Sample
 CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
 DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
 CARTPOLE_SOLVED = 475.0
+DOCS = Path(__file__).parents[1] / "docs"
+
+
+def example(name: str, page: str = "architecture.md") -> str:
+    """The python block that follows ``<!-- example: NAME -->`` on a docs page."""
+    found = re.search(rf"<!-- example: {name} -->\s*```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    assert found, f"no example {name!r} on {page}"
+    return found.group(1)
+
+
+def load_module(name: str, source: str, **names) -> types.ModuleType:
+    """Executes ``source`` as module ``name`` (so Hydra's ``_target_`` finds it), with
+    ``names`` defined first (what the page says the reader already has)."""
+    module = types.ModuleType(name)
+    module.__dict__.update(names)
+    sys.modules[name] = module
+    exec(compile(source, f"docs:{name}", "exec"), module.__dict__)
+    return module
 
 
 def attach_trainer(learner: L.LightningModule, total_frames: int = 10_000) -> L.Trainer:

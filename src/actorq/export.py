@@ -117,11 +117,11 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
     state = checkpoint.get(EXPERIENCE_STATE, {})
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
-    if bits is None and quant.bits != 32 and "payload" in state:
+    if bits is None and not quant.is_full_precision and "payload" in state:
         return saved_actors_network(checkpoint, network, "the checkpoint")
     if bits is not None:
-        quant = quant.with_bits(bits, mode=quant.mode if bits == 8 else "dynamic")
-    elif quant.bits == 32:
+        quant = quant.with_bits(bits)
+    elif quant.is_full_precision:
         quant = QuantSpec(bits=8, mode="dynamic")
     calibration = random_observations(env, quant.calibration_samples)
     return QuantizedNetwork.from_network(network, quant, calibration)

@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -42,7 +43,6 @@ from typing import Any
 
 import yaml
 
-FP32 = "fp32"
 MIN_SEEDS = 3  # fewer completed seeds than this per precision: a row is not a claim
 
 DESCRIPTION = """\
@@ -237,8 +237,18 @@ def ratio(value: float | None, base: float | None) -> float | None:
     return value / base if value is not None and base else None
 
 
+@functools.cache
+def fp32_name() -> str:
+    """What summaries call fp32 actors (the full-precision codec's description): the baseline."""
+    from actorq.quant import QuantSpec
+    from actorq.quant.codecs import full_precision
+
+    codec = full_precision()
+    return codec.describe(QuantSpec(bits=max(codec.bits)))
+
+
 def precision_order(name: str) -> tuple[int, str]:
-    return (0 if name == FP32 else 1, name)
+    return (0 if name == fp32_name() else 1, name)
 
 
 def seeds_cell(runs: list[Run]) -> str:
@@ -316,7 +326,7 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def choose_target(precisions: dict[str, list[Run]], target_override: float | None,
                   fraction: float) -> tuple[float | None, str]:
-    fp32_finals = [r.summary["final_return"] for r in precisions.get(FP32, [])
+    fp32_finals = [r.summary["final_return"] for r in precisions.get(fp32_name(), [])
                    if r.completed and r.summary.get("final_return") is not None]
     if target_override is not None:
         return target_override, "--target-return"
@@ -346,10 +356,11 @@ def experiment_tables(precisions: dict[str, list[Run]], target: float | None) ->
         return mean_or_none([value(r) for r in done[p]])
 
     learning, speed, cost = [], [], []
-    base_fps = mean_of(FP32, lambda r: r.frames_per_s) if FP32 in done else None
-    base_ups = mean_of(FP32, lambda r: r.summary.get("learner_updates_per_s")) if FP32 in done else None
-    base_time = statistics.fmean(s for s, _ in all_reached(FP32)) if FP32 in done and all_reached(FP32) else None
-    base_co2 = mean_of(FP32, lambda r: r.summary.get("energy", {}).get("co2_kg")) if FP32 in done else None
+    fp32 = fp32_name()
+    base_fps = mean_of(fp32, lambda r: r.frames_per_s) if fp32 in done else None
+    base_ups = mean_of(fp32, lambda r: r.summary.get("learner_updates_per_s")) if fp32 in done else None
+    base_time = statistics.fmean(s for s, _ in all_reached(fp32)) if fp32 in done and all_reached(fp32) else None
+    base_co2 = mean_of(fp32, lambda r: r.summary.get("energy", {}).get("co2_kg")) if fp32 in done else None
     for precision, runs in precisions.items():
         ok = done[precision]
         seeds = seeds_cell(runs)
@@ -446,14 +457,14 @@ def order_note(precisions: dict[str, list[Run]]) -> list[str]:
     effect."""
     starts = {p: {r.seed: r.started_at for r in runs if r.completed and r.started_at is not None}
               for p, runs in precisions.items()}
-    notes = []
-    for precision in [p for p in starts if p != FP32]:
-        shared = sorted(set(starts.get(FP32, {})) & set(starts[precision]), key=str)
+    notes, fp32 = [], fp32_name()
+    for precision in [p for p in starts if p != fp32]:
+        shared = sorted(set(starts.get(fp32, {})) & set(starts[precision]), key=str)
         if not shared:
             continue
-        fp32_first = [starts[FP32][s] < starts[precision][s] for s in shared]
+        fp32_first = [starts[fp32][s] < starts[precision][s] for s in shared]
         if all(fp32_first) or not any(fp32_first):
-            first, then = (FP32, precision) if all(fp32_first) else (precision, FP32)
+            first, then = (fp32, precision) if all(fp32_first) else (precision, fp32)
             notes.append(f"Run order: {first} ran before {then} for every seed ({len(shared)}); a drift of the "
                          "machine's speed during the sweep would read as a precision effect. Alternate which "
                          "precision runs first from seed to seed (one sweep per seed: docs/reproducing.md).")
@@ -555,12 +566,13 @@ def write_report(paths: list[Path], out: Path, target_override: float | None = N
     for name, precisions in group_runs(runs).items():
         experiments = sorted({r.experiment for rs in precisions.values() for r in rs if r.experiment})
         target, how = choose_target(precisions, target_override, target_fraction)
-        regime_runs = precisions.get(FP32) or [r for rs in precisions.values() for r in rs]
+        fp32_runs = precisions.get(fp32_name())
+        regime_runs = fp32_runs or [r for rs in precisions.values() for r in rs]
         fractions = [r.summary["collect_fraction"] for r in regime_runs
                      if r.completed and r.summary.get("collect_fraction") is not None]
         lines += [f"## {name}" + (f" ({', '.join(experiments)})" if experiments else ""), "",
                   f"Target return: {fmt(target, '.1f')} ({how}).", "",
-                  regime_line(fractions, "the fp32 runs" if precisions.get(FP32) else "these runs"), "",
+                  regime_line(fractions, "the fp32 runs" if fp32_runs else "these runs"), "",
                   claims_line(precisions), "",
                   *experiment_tables(precisions, target), *order_note(precisions), *duplicate_seeds(precisions)]
         for path in plot_experiment(name, precisions, out, target):

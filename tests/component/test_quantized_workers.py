@@ -48,10 +48,10 @@ def _label(actions: torch.Tensor, expected: dict[str, torch.Tensor]) -> list[str
 def test_pushed_payloads_reach_every_worker():
     spec = EnvSpec.from_env(make_env(ENV))
     quant = QuantSpec(bits=8, mode="static")
-    template = QuantizedNetwork.from_spec(spec, HIDDEN, quant)
+    template = QuantizedNetwork.template_for(_random_actor(spec, seed=0), quant)
     policy = ExplorationPolicy(template, spec, noise_scale=0.0)
     learner = {"A": _random_actor(spec, seed=1), "B": _random_actor(spec, seed=2)}
-    learner_side: dict[str, QuantizedNetwork] = {"template": QuantizedNetwork.from_spec(spec, HIDDEN, quant)}
+    learner_side: dict[str, QuantizedNetwork] = {"template": QuantizedNetwork.template_for(_random_actor(spec, seed=0), quant)}
     labels: dict[int, list[str]] = {}  # worker (its trajectory id) -> label of every step
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     pool = ActorPool(ENV, policy, num_workers=NUM_WORKERS, frames_per_batch=FRAMES_PER_BATCH,

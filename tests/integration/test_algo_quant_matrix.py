@@ -2,7 +2,8 @@
 
 Every precision runs with the three kinds of policy network: Q-network (DQN), stochastic
 Gaussian (SAC) and deterministic actor (TD3, which DDPG and D4PG share); DDPG and D4PG
-run with the int8 and n-bit paths too.
+run with the int8 and n-bit paths too, SAC with packed int4 (DQN's packed int4 run is in
+``test_int4_packed_run.py``).
 """
 
 import pytest
@@ -23,6 +24,7 @@ PRECISIONS = {
     "int8-static-fixed": ("quant.bits=8", "quant.mode=static", "quant.observer=fixed"),
     "int8-dynamic": ("quant.bits=8", "quant.mode=dynamic"),
     "4bit": ("quant.bits=4", "quant.mode=dynamic"),
+    "int4-packed": ("quant.bits=4", "quant.format=int4_packed"),
     # A policy wide and deep enough (2048x3) that int8 is measurably faster than fp32 at
     # batch 1 on any x86 CPU, so `auto` takes the quantized path (at 32 wide it keeps fp32
     # and would test nothing). 1024x2 was not: with the first and last layers in fp32 only
@@ -40,6 +42,7 @@ EXPECTED = {
     "int8-static-fixed": ("int8 static per_channel fp32-ends", torch.int8),
     "int8-dynamic": ("int8 dynamic per_channel", torch.int8),
     "4bit": ("4-bit simulated per_channel", torch.int8),
+    "int4-packed": ("int4 packed per_channel", torch.uint8),
     "auto": (None, torch.int8),  # which int8 recipe wins is the machine's call; int8 it is
 }
 WIDE_POLICY = {"dqn": "algo.hidden=[2048,2048,2048]", "sac": "algo.actor_hidden=[2048,2048,2048]",
@@ -49,9 +52,9 @@ SMALL = ("actors.total_frames=400", "actors.frames_per_batch=100", "actors.init_
          "algo.batch_size=32", "eval.every_frames=400", "eval.episodes=1", "callbacks=no_checkpoint")
 
 
-CASES = [(algo, precision) for algo in ("dqn", "sac", "td3") for precision in PRECISIONS] + [
+CASES = [(algo, precision) for algo in ("dqn", "sac", "td3") for precision in PRECISIONS if precision != "int4-packed"] + [
     (algo, precision) for algo in ("ddpg", "d4pg") for precision in ("int8-static", "4bit")
-]
+] + [("sac", "int4-packed")]  # DQN's run with it: test_int4_packed_run.py
 
 
 @pytest.mark.parametrize(("algo", "precision"), CASES)

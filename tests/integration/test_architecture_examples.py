@@ -1,4 +1,4 @@
-"""The worked examples of docs/architecture.md that train run as written."""
+"""The worked example of docs/architecture.md (a new algorithm, which trains) runs as written."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import torch
 from actorq.algos.base import Exploration
 from actorq.train import train
 from tests.conftest import TINY
-from tests.helpers import CONTINUOUS, fit_fixed_batch, random_sample
-from tests.unit.test_architecture_examples import example, load_module
+from tests.helpers import CONTINUOUS, example, fit_fixed_batch, load_module, random_sample
 
 
 def test_the_algorithm_example_learns_and_runs_from_the_command_line_override(make_cfg, monkeypatch):

@@ -74,7 +74,9 @@ STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["
              ["actors.backend=ray", "actors.ray.requests_in_flight=1.5"],
              ["actors.backend=ray", "actors.ray.requests_in_flight=true"], ["+trainer.num_nodes=2"], ["+trainer.num_nodes=0"],
              ["replay=prioritized"], ["replay=uniform"], ["quant.bits=16", "quant.engine=x86"],
-             ["replay.shared=true", "replay.alpha=0.5"], ["quant.bits=8", "quant.auto_tolerance=0.1"])
+             ["replay.shared=true", "replay.alpha=0.5"], ["quant.bits=8", "quant.auto_tolerance=0.1"],
+             ["quant.format=int4_packed", "quant.bits=8"], ["quant.format=int4_packed", "quant.bits=auto"],
+             ["quant.format=int4_packed"], ["quant.format=int4"])
 
 
 def all_cases() -> list[list[str]]:

@@ -14,7 +14,7 @@ from actorq.envs import suites, unregister_suite
 
 from tests.conftest import TINY
 from tests.integration.test_smoke import run_cli
-from tests.unit.test_architecture_examples import example
+from tests.helpers import example
 
 # Imported after corridor_suite (env.module's list is imported in order): every process that
 # steps a corridor leaves a file named after its actor worker index (None: the main process).

@@ -1,81 +1,86 @@
-"""A worked example: a complete new precision format, defined here and registered through the
-public registry (docs/quantization.md shows this code).
+"""The worked example of a new precision format: ``int4_packed``, one file in
+``actorq/quant/codecs/``, shown whole in docs/quantization.md.
 
-``fp16_storage`` carries the weights as float16, half the broadcast bytes of fp32, and the
-actors compute in fp32. ``bits=16`` alone keeps meaning bf16: this codec is selected with
-``QuantSpec(bits=16, format="fp16_storage")``.
+The docs block is the shipped file, and the block itself runs here: registered (in place of
+the shipped codec) through the public registry, then through everything a run does with a
+format (quantize, the actors' network, in-place loads, pickling, fidelity metrics, export).
 """
 
 from __future__ import annotations
 
 import pickle
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from actorq.envs import EnvSpec
-from actorq.errors import ConfigError
-from actorq.networks import DeterministicActor
 from actorq.export import export
-from actorq.quant import QuantizedNetwork, QuantSpec, action_error, fp32_nbytes, payload_nbytes, quantize
-from actorq.quant.codecs import Codec, float_payload, float_payload_spec, plain_trunk, register, registered, unregister
-
-
-class Fp16Storage(Codec):
-    """Weights travel as float16; the actors decode them to fp32 and compute in fp32."""
-
-    name = "fp16_storage"
-    bits = (16,)  # serves QuantSpec(bits=16, format="fp16_storage")
-    implicit = False  # bits=16 without a format stays bf16
-
-    def describe(self, spec):
-        return "fp16 storage"
-
-    def payload_spec(self, layout, spec):
-        return float_payload_spec(layout, torch.float16)
-
-    def encode(self, trunk, layout, spec, calibration):
-        return float_payload(trunk, layout, torch.float16)
-
-    def decode(self, layout, spec, payload):
-        return plain_trunk(layout, {name: tensor.float() for name, tensor in payload.items()})
-
+from actorq.networks import DeterministicActor, QNetwork
+from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout, fidelity_metrics, fp32_nbytes, quantize
+from actorq.quant.codecs import _base, registered
+from tests.helpers import example, load_module
 
 SPEC = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
+INT4 = QuantSpec(bits=4, format="int4_packed")
+CODEC_FILE = Path(__file__).parents[2] / "src" / "actorq" / "quant" / "codecs" / "int4_packed.py"
+
+
+def test_the_docs_show_the_shipped_codec_file_whole():
+    assert example("precision-format", "quantization.md") == CODEC_FILE.read_text()
 
 
 @pytest.fixture
-def fp16_storage():
-    """Registered for one test, then removed: nothing leaks into other tests."""
-    register(Fp16Storage)
-    try:
-        yield QuantSpec(bits=16, format="fp16_storage")
-    finally:
-        unregister(Fp16Storage.name)
+def docs_codec(monkeypatch):
+    """The docs' block run as a module of its own, its ``@register`` filling a registry
+    without the shipped ``int4_packed`` (the registry as it was before the file existed);
+    the registry is restored afterwards."""
+    before = registered()
+    monkeypatch.setattr(_base, "_REGISTRY", {c.name: c for c in before if c.name != "int4_packed"})
+    monkeypatch.setitem(sys.modules, "docs_int4_packed", None)  # removed again afterwards
+    module = load_module("docs_int4_packed", example("precision-format", "quantization.md"))
+    codec = INT4.codec
+    assert type(codec) is module.Int4Packed  # the block's class, not the shipped one
+    yield codec
+    monkeypatch.undo()
+    assert registered() == before
 
 
-def test_fp16_storage_end_to_end(fp16_storage, tmp_path):
+def test_the_example_packs_two_codes_a_byte_and_the_actors_stay_close_to_fp32(docs_codec, tmp_path):
     torch.manual_seed(0)
-    actor = DeterministicActor(SPEC, (256, 256)).eval()
+    actor = DeterministicActor(SPEC, (255, 64)).eval()  # an odd width: the last byte is half padding
     observations = torch.randn(256, SPEC.obs_dim)
-    quantized = QuantizedNetwork.from_network(actor, fp16_storage)
-    assert 0 < action_error(actor, quantized, observations) < 1e-3
-    payload = quantize(actor, fp16_storage)
-    assert {t.dtype for t in payload.values()} == {torch.float16}
-    assert payload_nbytes(payload) * 2 == fp32_nbytes(actor)
-    assert fp16_storage.describe() == "fp16 storage" and not fp16_storage.is_int8
-    assert QuantSpec(bits=16).codec.name == "bf16"  # the plain bits=16 config is unchanged
+    payload = quantize(actor, INT4)
+    assert payload["l1_weight"].dtype == torch.uint8 and payload["l1_weight"].shape == (64, 128)
+    assert payload["l0_weight_scale"].shape == (255,)  # one scale per output channel
+    weights = docs_codec.dequantized_weights(TrunkLayout.from_trunk(actor.trunk), INT4, payload)
+    for k, weight in enumerate(weights):
+        original = actor.trunk[2 * k].weight
+        assert weight.shape == original.shape
+        assert max(row.unique().numel() for row in weight) <= 15  # codes -7..7, per-row scale
+        torch.testing.assert_close(weight, original, atol=original.abs().max().item() / 14, rtol=0)
+
+    quantized = QuantizedNetwork.from_network(actor, INT4)
+    metrics = fidelity_metrics(actor, quantized, observations)
+    assert 0 < metrics["quant/action_error"] < 0.05
+    assert 0 < metrics["quant/weight_error"] < 0.15
+    assert metrics["quant/payload_bytes"] < fp32_nbytes(actor) / 4  # weights: 1/8, biases stay fp32
+    assert INT4.describe() == "int4 packed per_channel" and QuantSpec(bits=4, mode="dynamic").codec.name == "simulated"
+
+    worker = QuantizedNetwork.template_for(actor, INT4)  # what TorchRL's weight sync does
+    TensorDict.from_module(worker).update_(TensorDict.from_module(quantized))
+    torch.testing.assert_close(worker(observations), quantized(observations), atol=0, rtol=0)
     clone = pickle.loads(pickle.dumps(quantized))  # as a spawned worker receives it
     torch.testing.assert_close(clone(observations), quantized(observations), atol=0, rtol=0)
     scripted = torch.jit.load(str(export(quantized, tmp_path / "policy.pt")))
     torch.testing.assert_close(scripted(observations), quantized(observations), atol=0, rtol=0)
 
 
-def test_the_registry_is_restored_after_the_example():
-    before = registered()
-    register(Fp16Storage)
-    assert registered()[-1].name == "fp16_storage"
-    unregister("fp16_storage")
-    assert registered() == before
-    with pytest.raises(ConfigError, match="quant.format must be one of fp32, bf16, int8_static"):
-        QuantSpec(bits=16, format="fp16_storage")
+def test_the_example_keeps_a_q_networks_greedy_actions(docs_codec):
+    torch.manual_seed(0)
+    q_network = QNetwork(EnvSpec(obs_dim=8, discrete=True, num_actions=4), (64, 64)).eval()
+    observations = torch.randn(512, 8)
+    metrics = fidelity_metrics(q_network, QuantizedNetwork.from_network(q_network, INT4), observations, discrete=True)
+    assert metrics["quant/action_agreement"] > 0.9

@@ -34,14 +34,15 @@ def test_each_spec_has_one_codec_that_describes_it(spec, name, described):
 
 def test_builtins_in_order_and_the_bits_message_comes_from_them():
     assert [c.name for c in registered()] == [
-        "fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "simulated"
+        "fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "simulated", "int4_packed"
     ]
     assert bits_help() == "32 (fp32), 16 (bf16), 8 (int8), 2..7 (simulated)"
 
 
 def test_properties_come_from_the_codec():
-    assert QuantSpec(bits=8, mode="static").is_static and QuantSpec(bits=8, mode="dynamic").is_int8
-    assert not QuantSpec(bits=4, mode="dynamic").is_int8 and not QuantSpec(bits="auto").is_int8
+    assert QuantSpec(bits=8, mode="static").is_static and not QuantSpec(bits=8, mode="dynamic").is_static
+    assert QuantSpec(bits=32).is_full_precision and not QuantSpec(bits=16).is_full_precision
+    assert not QuantSpec(bits="auto").is_full_precision and not QuantSpec(bits="auto").is_static
     with pytest.raises(ConfigError, match="select_precision"):
         QuantSpec(bits="auto").codec
 
@@ -62,6 +63,12 @@ def test_format_mistakes_fail_with_one_clear_line(kwargs, says):
 
 def test_with_bits_drops_the_format():
     assert QuantSpec(bits=8, mode="dynamic", format="int8_dynamic").with_bits(32).codec.name == "fp32"
+
+
+def test_with_bits_keeps_the_mode_where_the_codec_serving_the_bits_runs_it():
+    static, dynamic = QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic")
+    assert dynamic.with_bits(8).codec.name == "int8_dynamic" and static.with_bits(16).mode == "static"
+    assert static.with_bits(4).codec.name == "simulated"  # 4 bits run dynamic only
 
 
 class Twelve(Codec):

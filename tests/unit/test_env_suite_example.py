@@ -8,7 +8,7 @@ import torch
 
 from actorq.envs import EnvSpec, import_suites, make_env, random_observations, suites, unregister_suite
 from actorq.envs.batched import LeanBatchedEnv, make_batched_env
-from tests.unit.test_architecture_examples import example
+from tests.helpers import example
 
 MODULE = "corridor_suite"
 

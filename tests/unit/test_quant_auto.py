@@ -83,7 +83,7 @@ def test_width_1024_batch_16_picks_int8_and_its_own_network_is_really_faster():
     assert choice.name in ("int8_static_fp32_ends", "int8_dynamic"), choice.timings_us
     # The returned spec is the candidate of the reported name, and its codec formats exactly that.
     assert choice.spec == candidate_specs(spec)[choice.name]
-    assert choice.spec.codec.name == choice.name and choice.spec.is_int8
+    assert choice.spec.codec.name == choice.name and choice.spec.codec.int8_kernels
     picked = QuantizedNetwork.from_network(actor, choice.spec, calibration=observations)
     # The hidden 1024x1024 layer runs in int8 under either int8 codec (the default static
     # recipe keeps only the first and the last Linear in fp32).
@@ -154,3 +154,25 @@ def test_inference_benchmark_quick_run_writes_its_table(tmp_path, capsys):
     assert written == rows
     assert {"fp32_us", "static_us", "dynamic_us", "bf16_us", "auto_us", "auto_pick", "auto_x"} <= set(rows[0])
     assert "auto, slowest cell" in capsys.readouterr().out
+
+
+def test_int4_packed_is_not_a_candidate_its_actors_compute_in_fp32():
+    """Its forward is fp32's own: only timing noise could make it look faster."""
+    assert not any(spec.format == "int4_packed" for spec in candidate_specs(QuantSpec(bits="auto")).values())
+
+
+@pytest.mark.parametrize(("tolerance", "picked"), [(0.05, "int4_packed"), (1e-6, "fp32")])
+def test_auto_times_every_codec_marked_as_a_candidate_and_keeps_only_faithful_ones(monkeypatch, tolerance, picked):
+    """Candidates come from the registry: marked as one, the int4 codec is timed like the
+    built-ins, picked when the given timings make it the fastest and its measured action
+    error is within the tolerance, and passed over (for fp32) when it is not."""
+    from actorq.quant.codecs.int4_packed import Int4Packed
+
+    monkeypatch.setattr(Int4Packed, "auto_candidate", True)
+    spec = QuantSpec(bits="auto", auto_tolerance=tolerance)
+    candidates = candidate_specs(spec)
+    assert candidates["int4_packed"].codec.name == "int4_packed" and "int4_packed_onednn" not in candidates
+    given_timings(monkeypatch, {name: NARROW_BATCH_ONE_US.get(name, 20.0) for name in candidates})  # int4: 20 us
+    choice = select_precision(narrow_actor(), spec, batch_size=1)
+    assert 1e-6 < choice.action_errors["int4_packed"] <= 0.05
+    assert choice.name == picked and choice.spec == candidates[picked]

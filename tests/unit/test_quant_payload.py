@@ -18,9 +18,9 @@ from actorq.networks import DeterministicActor, GaussianActor, QNetwork, mlp
 from actorq.quant import (
     QuantizedNetwork,
     QuantSpec,
+    TrunkLayout,
     action_agreement,
     action_error,
-    dequantized_weights,
     fidelity_metrics,
     payload_nbytes,
     quantize,
@@ -28,10 +28,11 @@ from actorq.quant import (
     weight_error,
 )
 
+
 CONTINUOUS = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
 DISCRETE = EnvSpec(obs_dim=8, discrete=True, num_actions=4)
 HIDDEN = (64, 64)
-PLAIN_DTYPES = {torch.int8, torch.int32, torch.float32, torch.bfloat16}
+PLAIN_DTYPES = {torch.int8, torch.uint8, torch.int32, torch.float32, torch.bfloat16}
 
 INT8_SPECS = [
     QuantSpec(bits=8, mode=mode, granularity=granularity, calibration=calibration)
@@ -42,7 +43,7 @@ INT8_SPECS = [
 ] + [QuantSpec(bits=8, mode="static", observer="fixed", input_range=(-4.0, 4.0), activation_max=8.0)]
 ALL_SPECS = [QuantSpec(bits=32), QuantSpec(bits=16), *INT8_SPECS] + [
     QuantSpec(bits=b, mode="dynamic", granularity=g) for b in (2, 4, 7) for g in ("per_tensor", "per_channel")
-]
+] + [QuantSpec(bits=4, format="int4_packed")]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ class LayerNormPolicy(nn.Module):
 def test_payload_holds_plain_tensors_that_fit_the_template(spec, actor, observations):
     payload = quantize(actor, spec, calibration=observations)
     assert all(type(t) is torch.Tensor and t.dtype in PLAIN_DTYPES for t in payload.values())
-    template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, spec)
+    template = QuantizedNetwork.template_for(actor, spec)
     assert {k: (v.shape, v.dtype) for k, v in template.payload().items()} == {
         k: (v.shape, v.dtype) for k, v in payload.items()
     }
@@ -115,8 +116,9 @@ def test_bf16_halves_the_payload_and_runs_in_bf16(actor, observations):
 @pytest.mark.parametrize("bits", range(2, 8))
 @pytest.mark.parametrize("granularity", ["per_tensor", "per_channel"])
 def test_simulated_bits_leave_at_most_2_to_the_n_levels(bits, granularity, actor):
-    payload = quantize(actor, QuantSpec(bits=bits, mode="dynamic", granularity=granularity))
-    for k, weight in enumerate(dequantized_weights(payload)):
+    spec = QuantSpec(bits=bits, mode="dynamic", granularity=granularity)
+    payload = quantize(actor, spec)
+    for k, weight in enumerate(spec.codec.dequantized_weights(TrunkLayout.from_trunk(actor.trunk), spec, payload)):
         groups = [weight] if granularity == "per_tensor" else list(weight)
         assert max(g.unique().numel() for g in groups) <= 2**bits
         codes = payload[f"l{k}_weight"]
@@ -125,7 +127,8 @@ def test_simulated_bits_leave_at_most_2_to_the_n_levels(bits, granularity, actor
 
 def test_fewer_bits_mean_larger_errors(actor, observations):
     errors = [
-        weight_error(actor, quantize(actor, QuantSpec(bits=b, mode="dynamic"))) for b in (2, 3, 4, 5, 6, 7, 8)
+        weight_error(actor, quantize(actor, spec), spec)
+        for spec in (QuantSpec(bits=b, mode="dynamic") for b in (2, 3, 4, 5, 6, 7, 8))
     ]
     assert errors == sorted(errors, reverse=True)
     assert errors[-1] < 0.01 < errors[0]
@@ -142,7 +145,7 @@ def test_int8_payload_of_the_quarl_actor_is_a_quarter_of_fp32():
 
 def test_load_payload_bumps_version_and_changes_actions(actor, observations):
     spec = QuantSpec(bits=8, mode="static")
-    template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, spec)
+    template = QuantizedNetwork.template_for(actor, spec)
     before, version = template(observations), int(template.version)
     assert torch.all(before == 0)  # an empty template acts at the centre of the action box
     template.load_payload(quantize(actor, spec, calibration=observations))
@@ -156,7 +159,7 @@ def test_load_payload_bumps_version_and_changes_actions(actor, observations):
 def test_in_place_buffer_writes_with_a_new_version_rebuild_the_trunk(actor, observations):
     """What TorchRL's shared-memory sync does in a worker: copy buffers, version included."""
     spec = QuantSpec(bits=8, mode="dynamic")
-    worker = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, spec)
+    worker = QuantizedNetwork.template_for(actor, spec)
     worker(observations)
     learner_copy = QuantizedNetwork.from_network(actor, spec)
     TensorDict.from_module(worker).update_(TensorDict.from_module(learner_copy))
@@ -217,7 +220,7 @@ def test_a_reader_never_builds_a_half_written_payload(spec, actor, observations)
 
 
 def test_wrong_payload_is_rejected_clearly(actor):
-    template = QuantizedNetwork.from_spec(CONTINUOUS, HIDDEN, QuantSpec(bits=8, mode="dynamic"))
+    template = QuantizedNetwork.template_for(actor, QuantSpec(bits=8, mode="dynamic"))
     with pytest.raises(ConfigError, match="missing"):
         template.load_payload(quantize(actor, QuantSpec(bits=32)))
     bigger = DeterministicActor(CONTINUOUS, (32, 32))
@@ -253,7 +256,7 @@ def test_layer_norm_trunks(spec, observations):
     quantized = QuantizedNetwork.from_network(policy, spec, calibration=observations)
     assert quantized.layout.layer_norm
     assert action_error(policy, quantized, observations) < 0.05
-    if spec.is_int8:
+    if spec.codec.int8_kernels:
         torch.testing.assert_close(
             quantized(observations), reference_module(policy, spec, observations)(observations), atol=1e-6, rtol=0
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from actorq.envs import EnvSpec
 from actorq.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
 
@@ -70,6 +69,5 @@ def test_properties_say_what_a_broadcast_needs():
 
 
 def test_auto_must_be_resolved_before_building_actors():
-    spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-1.0,), action_high=(1.0,))
     with pytest.raises(ConfigError, match="select_precision"):
-        QuantizedNetwork.from_spec(spec, (8,), QuantSpec(bits="auto"))
+        QuantizedNetwork((3, 8, 1), QuantSpec(bits="auto"))

@@ -71,7 +71,7 @@ def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int =
     spec = EnvSpec.from_env(env)
     torch.manual_seed(seed)
     network = DeterministicActor(spec, (width,) * 3)
-    if quant is not None and quant.bits == "auto":
+    if quant is not None and quant.is_auto:
         quant, _ = resolve_precision(network, quant, batch, random_observations(env, quant.calibration_samples))
     if quant is not None:
         network = QuantizedNetwork.from_network(network, quant, random_observations(env, quant.calibration_samples))

@@ -50,6 +50,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def actors_return(summary: dict) -> float:
+    """The actors' policy's final return: the quantized one's, or for fp32 actors (no
+    quantized evaluation) the fp32 one.
+
+    Example:
+        >>> actors_return({"final_return": 200.0, "final_return_quant": 180.0})
+        180.0
+        >>> actors_return({"final_return": 200.0, "final_return_quant": None})
+        200.0
+    """
+    quant = summary["final_return_quant"]
+    return summary["final_return"] if quant is None else quant
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     extra = QUICK_OVERRIDES if args.quick else ()
@@ -62,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 rows.append({
                     "experiment": experiment, "seed": seed, "actors": summary["actor_precision"],
                     "final_return": summary["final_return"],
-                    "final_return_actors": summary["final_return_quant"] if bits != 32 else summary["final_return"],
+                    "final_return_actors": actors_return(summary),
                     "best_return": summary["best_return"], "frames": summary["frames"],
                     "wall_clock_s": summary["wall_clock_s"], "collect_fraction": summary["collect_fraction"],
                 })

@@ -101,7 +101,7 @@ class Evaluation(Callback):
         mean = statistics.fmean(returns)
         self.history.append((pl_module.frames, mean))
         metrics = {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)}
-        if experience.quant.bits != 32:
+        if not experience.quant.is_full_precision:
             act = greedy(experience.actor_policy.network, pl_module.spec.discrete)
             self._env.set_seed(seed)  # the fp32 policy's episodes again
             mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))

@@ -13,7 +13,7 @@ Example:
     >>> env_spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> learner_actor = DeterministicActor(env_spec, hidden=(64, 64))
     >>> quant = QuantSpec(bits=8, mode="static")
-    >>> actors_copy = QuantizedNetwork.from_spec(env_spec, (64, 64), quant)
+    >>> actors_copy = QuantizedNetwork.template_for(learner_actor, quant)
     >>> actors_copy.load_payload(quantize(learner_actor, quant, calibration=torch.randn(256, 3)))
     >>> action_error(learner_actor, actors_copy, torch.randn(256, 3)) < 0.05
     True
@@ -26,7 +26,7 @@ from actorq.quant.auto import PrecisionChoice, choose, resolve_precision, select
 from actorq.quant.fidelity import action_agreement, action_error, fidelity_metrics, fp32_nbytes, weight_error
 from actorq.quant.layout import LayerLayout, TrunkLayout
 from actorq.quant.network import QuantizedNetwork
-from actorq.quant.quantize import Payload, dequantized_weights, payload_nbytes, quantize, reference_module
+from actorq.quant.quantize import Payload, payload_nbytes, quantize, reference_module
 from actorq.quant.spec import QuantSpec
 from actorq.quant.timing import Timing, time_forward
 
@@ -43,7 +43,6 @@ __all__ = [
     "action_error",
     "choose",
     "codec_for",
-    "dequantized_weights",
     "fidelity_metrics",
     "fp32_nbytes",
     "payload_nbytes",

@@ -29,12 +29,13 @@ import torch
 from torch import nn
 
 from actorq.quant import _ao
+from actorq.quant.codecs import full_precision, registered
 from actorq.quant.fidelity import action_error
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.spec import QuantSpec
 from actorq.quant.timing import time_forward
 
-REFERENCE = "fp32"
+REFERENCE = full_precision().name  # "fp32": every candidate is compared with it
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,18 @@ class PrecisionChoice:
 
 
 def candidate_specs(spec: QuantSpec) -> dict[str, QuantSpec]:
-    """The precisions ``auto`` compares, keeping ``spec``'s observer and granularity; int8
+    """The precisions ``auto`` compares: one per registered codec that is an
+    ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
     once per quantized engine worth trying here (the default one, and ``onednn``). Each is
     named by its codec (plus ``_onednn`` for the other engine)."""
-    candidates = {REFERENCE: spec.with_bits(32), "bf16": spec.with_bits(16)}
+    codecs = [codec for codec in registered() if codec.auto_candidate]
     engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
+    candidates = {}
     for engine in engines:
         suffix = "" if engine == spec.engine else f"_{engine}"
-        for mode in ("static", "dynamic"):
-            candidate = replace(spec.with_bits(8, mode=mode), engine=engine)
-            candidates[f"{candidate.codec.name}{suffix}"] = candidate
+        for codec in codecs:
+            if engine == spec.engine or codec.int8_kernels:
+                candidates[f"{codec.name}{suffix}"] = replace(codec.candidate_spec(spec), engine=engine)
     return candidates
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from actorq.quant.layout import TrunkLayout
 from actorq.quant.network import QuantizedNetwork
-from actorq.quant.quantize import Payload, dequantized_weights, payload_nbytes
+from actorq.quant.quantize import Payload, payload_nbytes
 from actorq.quant.spec import QuantSpec
 
 
@@ -51,11 +51,12 @@ def action_agreement(reference: nn.Module, candidate: nn.Module, observations: t
 
 
 @torch.no_grad()
-def weight_error(network: nn.Module, payload: Payload) -> float:
-    """Relative L2 error of all trunk weights: ``||W - W_q|| / ||W||`` over every layer."""
+def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec) -> float:
+    """Relative L2 error of all trunk weights: ``||W - W_q|| / ||W||`` over every layer, with
+    ``W_q`` the weights ``spec``'s codec reads from the payload."""
     layout = TrunkLayout.from_trunk(network.trunk)
     originals = [layout.linear(network.trunk, k).weight.float() for k in range(layout.num_layers)]
-    quantized = dequantized_weights(payload)
+    quantized = spec.codec.dequantized_weights(layout, spec, payload)
     error = sum(((w - q) ** 2).sum() for w, q in zip(originals, quantized, strict=True))
     norm = sum((w**2).sum() for w in originals)
     return float(torch.sqrt(error / norm))
@@ -81,7 +82,7 @@ def fidelity_metrics(
     nbytes, fp32 = payload_nbytes(payload), fp32_nbytes(network)
     metrics = {
         "quant/action_error": action_error(network, quantized, observations, discrete),
-        "quant/weight_error": weight_error(network, payload),
+        "quant/weight_error": weight_error(network, payload, quantized.quant),
         "quant/payload_bytes": float(nbytes),
         "quant/fp32_bytes": float(fp32),
         "quant/compression": nbytes / fp32,

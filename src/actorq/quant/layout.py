@@ -170,9 +170,6 @@ class TrunkLayout:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def has_norm(self, k: int) -> bool:
-        return self.layers[k].norm
-
     def has_relu(self, k: int) -> bool:
         return self.layers[k].activation == "relu"
 

@@ -12,8 +12,8 @@ Example:
     >>> from actorq.networks import DeterministicActor
     >>> env_spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> quant = QuantSpec(bits=8, mode="dynamic")
-    >>> actors_copy = QuantizedNetwork.from_spec(env_spec, hidden=(64, 64), quant=quant)  # shapes only
     >>> learner_actor = DeterministicActor(env_spec, hidden=(64, 64))
+    >>> actors_copy = QuantizedNetwork.template_for(learner_actor, quant)  # shapes only
     >>> actors_copy.load_payload(quantize(learner_actor, quant))  # then pool.push(policy)
     >>> actors_copy(torch.zeros(5, 3)).shape
     torch.Size([5, 1])
@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from actorq.envs import EnvSpec
 from actorq.errors import ConfigError
 from actorq.quant.layout import Payload, TrunkLayout
 from actorq.quant.quantize import quantize
@@ -80,23 +79,6 @@ class QuantizedNetwork(nn.Module):
             self.register_buffer(name, _placeholder(name, shape, dtype))
         self.register_buffer("version", torch.zeros((), dtype=torch.int64))
         self._forget_trunk()
-
-    @classmethod
-    def from_spec(
-        cls, env_spec: EnvSpec, hidden: Sequence[int], quant: QuantSpec, layer_norm: bool = False
-    ) -> QuantizedNetwork:
-        """A template with the shapes of :class:`~actorq.networks.DeterministicActor` (continuous)
-        or :class:`~actorq.networks.QNetwork` (discrete) and an all-zero payload.
-
-        For other heads (SAC's :class:`~actorq.networks.GaussianActor`) use :meth:`template_for`.
-        """
-        from actorq.networks import TanhScale
-
-        if env_spec.discrete:
-            out_dim, head = env_spec.num_actions, nn.Identity()
-        else:
-            out_dim, head = env_spec.action_dim, TanhScale(env_spec.action_low, env_spec.action_high)
-        return cls((env_spec.obs_dim, *hidden, out_dim), quant, head=head, layer_norm=layer_norm)
 
     @classmethod
     def template_for(cls, network: nn.Module, quant: QuantSpec) -> QuantizedNetwork:

@@ -1,9 +1,10 @@
 """Learner side: the fp32 policy network -> a payload of plain tensors for the actors.
 
 A payload is a flat ``dict[str, torch.Tensor]`` of ordinary dtypes only (``int8`` codes,
-``float32`` scales and biases, ``int32`` zero points, or ``bfloat16``/``float32`` weights), named
-as :meth:`actorq.quant.layout.TrunkLayout.payload_spec` says. Plain tensors are what TorchRL's
-shared-memory weight sync can copy; torch.ao's packed int8 parameters are invisible to it.
+``float32`` scales and biases, ``int32`` zero points, ``uint8`` packed codes, or
+``bfloat16``/``float32`` weights), named as the spec's codec says
+(:meth:`actorq.quant.Codec.payload_spec`). Plain tensors are what TorchRL's shared-memory
+weight sync can copy; torch.ao's packed int8 parameters are invisible to it.
 
 Example:
     >>> from actorq.envs import EnvSpec
@@ -23,11 +24,10 @@ import torch
 from torch import nn
 
 from actorq.errors import ConfigError
-from actorq.quant.codecs import dequantize_codes
 from actorq.quant.layout import Payload, TrunkLayout
 from actorq.quant.spec import QuantSpec
 
-__all__ = ["Payload", "dequantized_weights", "payload_nbytes", "quantize", "reference_module"]
+__all__ = ["Payload", "payload_nbytes", "quantize", "reference_module"]
 
 
 def quantize(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | None = None) -> Payload:
@@ -67,23 +67,10 @@ def reference_module(
     spec.codec.check_layout(layout)
     converted = spec.codec.reference(network.trunk, spec, calibration)
     if converted is None:
-        raise ConfigError(f"a torch.ao reference exists for quant.bits=8 only, got {spec.bits}")
+        raise ConfigError(f"{spec.describe()} has no torch.ao reference module; the int8 codecs have one")
     return nn.Sequential(converted, network.head).eval()
 
 
 def payload_nbytes(payload: Payload) -> int:
     """Bytes a payload occupies (what a broadcast copies into every actor)."""
     return sum(t.numel() * t.element_size() for t in payload.values())
-
-
-def dequantized_weights(payload: Payload) -> list[torch.Tensor]:
-    """The fp32 weight matrix of every layer as the actors see it."""
-    weights = []
-    k = 0
-    while f"l{k}_weight" in payload:
-        if f"l{k}_weight_scale" in payload:
-            weights.append(dequantize_codes(payload, k))
-        else:
-            weights.append(payload[f"l{k}_weight"].float())
-        k += 1
-    return weights

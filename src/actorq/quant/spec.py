@@ -38,7 +38,8 @@ class QuantSpec:
     Attributes:
         bits: 32 (fp32, unchanged), 16 (bfloat16), 8 (int8 torch.ao kernels), 2..7 (weights
             rounded to that many bits, computed in fp32: a simulation, as in QuaRL's precision
-            sweeps) or ``"auto"`` (pick the fastest faithful one, see
+            sweeps; ``bits=4, format="int4_packed"``: really packed two codes to a byte) or
+            ``"auto"`` (pick the fastest faithful one, see
             :func:`actorq.quant.select_precision`).
         mode: for ``bits=8``: ``"static"`` (activation ranges calibrated before the push, every
             layer runs in int8) or ``"dynamic"`` (int8 weights, activations quantized on the fly
@@ -116,9 +117,9 @@ class QuantSpec:
         return codecs.select(self)
 
     @property
-    def is_int8(self) -> bool:
-        """Real int8 kernels (torch.ao quantized modules) run in the actors."""
-        return not self.is_auto and self.codec.int8_kernels
+    def is_full_precision(self) -> bool:
+        """The actors run the learner's fp32 policy unchanged (the codec says so)."""
+        return not self.is_auto and self.codec.full_precision
 
     @property
     def is_static(self) -> bool:
@@ -137,8 +138,9 @@ class QuantSpec:
         return self.codec.describe(self)
 
     def with_bits(self, bits: int | str, mode: str | None = None) -> QuantSpec:
-        """A copy with other ``bits`` (and ``mode``) and no ``format``, everything else unchanged."""
-        return replace(self, bits=bits, mode=mode or self.mode, format=None)
+        """A copy with other ``bits`` and no ``format``, everything else unchanged; ``mode``
+        by default this spec's if the codec serving ``bits`` runs it, else one it runs."""
+        return replace(self, bits=bits, mode=mode or codecs.mode_for(bits, self.mode), format=None)
 
 
 def _pair(values: Sequence[float]) -> tuple[float, float]:

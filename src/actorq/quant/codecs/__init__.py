@@ -32,6 +32,8 @@ from actorq.quant.codecs._base import (
     bits_help,
     check_bits,
     codec_for,
+    full_precision,
+    mode_for,
     modes,
     register,
     registered,
@@ -52,6 +54,7 @@ from actorq.quant.codecs._parts import (
     plain_norm,
     plain_trunk,
     prefixed,
+    stored_weights,
     weight_codes_payload_spec,
 )
 from actorq.quant.layout import Payload, PayloadSpec
@@ -76,6 +79,8 @@ __all__ = [
     "dequantize_codes",
     "float_payload",
     "float_payload_spec",
+    "full_precision",
+    "mode_for",
     "modes",
     "norm_params",
     "norm_payload_spec",
@@ -86,6 +91,7 @@ __all__ = [
     "register",
     "registered",
     "select",
+    "stored_weights",
     "unregister",
     "weight_codes_payload_spec",
 ]

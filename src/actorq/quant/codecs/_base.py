@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -11,6 +12,7 @@ from torch import nn
 
 from actorq.checks import AUTO, is_int
 from actorq.errors import ConfigError
+from actorq.quant.codecs._parts import stored_weights
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
 
 if TYPE_CHECKING:
@@ -21,7 +23,8 @@ class Codec:
     """One precision format: how a trunk becomes a payload of plain tensors, and back.
 
     Subclass it, set the class attributes, implement :meth:`describe`, :meth:`payload_spec`,
-    :meth:`encode` and :meth:`decode`, and decorate the class with :func:`register`.
+    :meth:`encode` and :meth:`decode` (and :meth:`dequantized_weights` for weights stored
+    otherwise than as fp32/bf16 or int8 codes), and decorate the class with :func:`register`.
 
     Attributes:
         name: the format's name (``QuantSpec(format=name)`` selects it explicitly).
@@ -30,8 +33,13 @@ class Codec:
         bits_help: how ``quant.bits``'s error message lists it, e.g. ``"16 (bf16)"``.
         implicit: chosen by ``bits``/``mode`` alone (no two implicit codecs may serve the
             same ones); ``False``: only by ``QuantSpec(format=name)``.
-        int8_kernels: actors run real int8 kernels (``QuantSpec.is_int8``).
+        int8_kernels: actors run real int8 kernels packed for ``quant.engine``; ``auto`` times
+            such a codec once per engine worth trying.
         calibrated: activation ranges are calibrated at every broadcast (``QuantSpec.is_static``).
+        full_precision: actors run the learner's fp32 policy unchanged
+            (``QuantSpec.is_full_precision``): nothing to compare it with, nothing to quantize.
+        auto_candidate: ``quant.bits=auto`` times this codec and may pick it (see
+            :func:`actorq.quant.auto.candidate_specs`).
     """
 
     name: ClassVar[str]
@@ -41,6 +49,8 @@ class Codec:
     implicit: ClassVar[bool] = True
     int8_kernels: ClassVar[bool] = False
     calibrated: ClassVar[bool] = False
+    full_precision: ClassVar[bool] = False
+    auto_candidate: ClassVar[bool] = False
 
     def serves(self, spec: QuantSpec) -> bool:
         """Whether this codec runs ``spec`` (its bits and mode)."""
@@ -74,6 +84,16 @@ class Codec:
     def decode(self, layout: TrunkLayout, spec: QuantSpec, payload: Payload) -> nn.Sequential:
         """Worker side: a payload -> the runnable trunk (fp32 in, fp32 out)."""
         raise NotImplementedError
+
+    def dequantized_weights(self, layout: TrunkLayout, spec: QuantSpec, payload: Payload) -> list[torch.Tensor]:
+        """Every layer's fp32 weight matrix as the actors see it (what ``quant/weight_error``
+        compares with the learner's). The default reads float weights and int8 codes."""
+        return stored_weights(layout, payload)
+
+    def candidate_spec(self, spec: QuantSpec) -> QuantSpec:
+        """The spec ``auto`` times for this codec: ``spec``'s settings at this codec's bits and mode."""
+        mode = spec.mode if not self.modes or spec.mode in self.modes else self.modes[0]
+        return dataclasses.replace(spec, bits=max(self.bits), mode=mode, format=None if self.implicit else self.name)
 
     def reference(
         self, trunk: nn.Sequential, spec: QuantSpec, calibration: torch.Tensor | None
@@ -115,6 +135,11 @@ def unregister(name: str) -> None:
 def registered() -> tuple[Codec, ...]:
     """Every codec, in registration order."""
     return tuple(_REGISTRY.values())
+
+
+def full_precision() -> Codec:
+    """The codec whose actors run the learner's fp32 policy unchanged (``fp32``)."""
+    return next(codec for codec in _REGISTRY.values() if codec.full_precision)
 
 
 def codec_for(spec: QuantSpec) -> Codec:
@@ -160,6 +185,15 @@ def bits_help() -> str:
         key=lambda entry: -entry[0],
     )
     return ", ".join(dict.fromkeys(text for _, text in entries))
+
+
+def mode_for(bits: object, preferred: str) -> str:
+    """``preferred`` if a codec serving ``bits`` runs it, else the first mode one does
+    (``quant.bits=4`` -> ``dynamic``); ``preferred`` when no codec serves ``bits``."""
+    serving = [codec for codec in _REGISTRY.values() if codec.implicit and bits in codec.bits]
+    if not serving or any(not codec.modes or preferred in codec.modes for codec in serving):
+        return preferred
+    return serving[0].modes[0]
 
 
 def modes() -> tuple[str, ...]:

@@ -152,3 +152,12 @@ def dequantize_codes(payload: Payload, k: int) -> torch.Tensor:
     """Layer ``k``'s fp32 weight from its codes: ``(codes - zero_point) * scale`` per row."""
     weight, scale, zero_point, _ = codes(payload, k)
     return (weight.float() - zero_point.float()[:, None]) * scale.float()[:, None]
+
+
+def stored_weights(layout: TrunkLayout, payload: Payload) -> list[torch.Tensor]:
+    """Every layer's fp32 weight from a payload holding float weights or int8 codes (with
+    ``l{k}_weight_scale``), layer by layer."""
+    return [
+        dequantize_codes(payload, k) if f"l{k}_weight_scale" in payload else payload[f"l{k}_weight"].float()
+        for k in range(layout.num_layers)
+    ]

@@ -25,6 +25,7 @@ class Bf16(Codec):
     name = "bf16"
     bits = (16,)
     bits_help = "16 (bf16)"
+    auto_candidate = True
 
     def describe(self, spec):
         return "bf16"

@@ -13,6 +13,8 @@ class Fp32(Codec):
     name = "fp32"
     bits = (32,)
     bits_help = "32 (fp32)"
+    full_precision = True
+    auto_candidate = True  # the reference every other candidate must beat
 
     def describe(self, spec):
         return "fp32"

@@ -20,6 +20,7 @@ class Int8Dynamic(Codec):
     modes = ("dynamic",)
     bits_help = "8 (int8)"
     int8_kernels = True
+    auto_candidate = True
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"

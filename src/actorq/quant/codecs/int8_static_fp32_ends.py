@@ -52,6 +52,7 @@ class Int8StaticFp32Ends(Codec):
     bits_help = Int8Static.bits_help
     int8_kernels = True
     calibrated = True
+    auto_candidate = True
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
