@@ -93,7 +93,7 @@ PRIVATE_MEMBERS: tuple[PrivateMember, ...] = (
     PrivateMember("torchrl.collectors:Collector", "_should_use_random_frames", "method",
                   "random actions for the first init_random_frames, decided as TorchRL decides",
                   "a public predicate", parameters=("self",)),
-    PrivateMember("torchrl.collectors:Collector", "_wrapped_policy", "instance attribute",
+    PrivateMember("torchrl.collectors:Collector", "_wrapped_policy", "property",
                   "the lean rollout calls the policy's module on tensors, skipping the TensorDict wrapper",
                   "a public attribute for the policy as given"),
     PrivateMember("torchrl.collectors:Collector", "_cast_to_policy_device", "instance attribute",
