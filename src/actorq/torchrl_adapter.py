@@ -29,7 +29,7 @@ from torch import nn
 from torchrl._utils import seed_generator
 from torchrl.collectors import Collector, MultiAsyncCollector
 from torchrl.collectors import _runner as torchrl_runner
-from torchrl.weight_update import MultiProcessWeightSyncScheme
+from torchrl.weight_update import SharedMemWeightSyncScheme
 
 
 class PrivateMember(NamedTuple):
@@ -71,7 +71,7 @@ PRIVATE_MEMBERS: tuple[PrivateMember, ...] = (
     PrivateMember("torchrl.collectors:MultiAsyncCollector", "_get_from_queue", "method",
                   "each batch is accounted and the workers checked the moment it arrives",
                   "a public per-batch hook", parameters=("self", "timeout")),
-    PrivateMember("torchrl.weight_update:MultiProcessWeightSyncScheme", "_ack_queues", "instance attribute",
+    PrivateMember("torchrl.weight_update:SharedMemWeightSyncScheme", "_ack_queues", "instance attribute",
                   "a push waits worker by worker, with a timeout, while checking the worker is alive",
                   "a public wait for one worker's acknowledgement with a timeout", expected_type=dict),
     PrivateMember("torchrl.collectors:Collector", "_carrier", "instance attribute",
@@ -166,13 +166,14 @@ class HandOverCollector(MultiAsyncCollector):
       :meth:`nothing_arrived` whenever a wait for one times out;
     - an exception of a type in :attr:`raised_without_shutdown` leaves the workers running
       (TorchRL's ``__iter__`` shuts them down on any exception);
-    - weights are sent without waiting for the workers (:meth:`wait_for_weights` waits for one).
+    - weights are sent without waiting for the workers (:meth:`wait_for_weights` waits for
+      one), through the scheme TorchRL would pick itself (``SharedMemWeightSyncScheme``).
     """
 
     raised_without_shutdown: tuple[type[BaseException], ...] = ()
 
     def __init__(self, *args, **kwargs):
-        self.weights_scheme = MultiProcessWeightSyncScheme(sync=False)
+        self.weights_scheme = SharedMemWeightSyncScheme(sync=False)
         super().__init__(*args, weight_sync_schemes={"policy": self.weights_scheme}, **kwargs)
 
     @property
@@ -197,6 +198,15 @@ class HandOverCollector(MultiAsyncCollector):
             raise
         self.batch_arrived(idx, out)
         return idx, j, out
+
+    def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
+        """TorchRL's shutdown, then the weight-sync scheme's own, now: left to garbage
+        collection at interpreter exit, the scheme's ``__del__`` puts "stop" on a queue, which
+        starts a feeder thread that can never start then, and the process hangs on exit."""
+        try:
+            super().shutdown(timeout=timeout, close_env=close_env, raise_on_error=raise_on_error)
+        finally:
+            self.weights_scheme.shutdown()
 
     def take_batch(self, timeout: float) -> tuple[int, TensorDictBase | None]:
         """The next handed-over batch and its worker, waiting up to ``timeout`` (``queue.Empty``

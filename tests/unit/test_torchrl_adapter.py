@@ -19,7 +19,7 @@ from tensordict.nn import TensorDictModule
 from torchrl.collectors import Collector, MultiAsyncCollector
 from torchrl.collectors import _runner as torchrl_runner
 from torchrl.envs import EnvBase, SerialEnv
-from torchrl.weight_update import MultiProcessWeightSyncScheme
+from torchrl.weight_update import SharedMemWeightSyncScheme
 
 from actorq import torchrl_adapter as adapter
 from actorq.envs.batched import make_batched_env
@@ -51,8 +51,8 @@ def _owner(member: adapter.PrivateMember):
 def _instance(owner: type, collector: Collector):
     if owner is Collector:
         return collector
-    if owner is MultiProcessWeightSyncScheme:
-        return MultiProcessWeightSyncScheme(sync=False)
+    if owner is SharedMemWeightSyncScheme:
+        return SharedMemWeightSyncScheme(sync=False)
     raise AssertionError(f"no instance of {owner.__name__} to check: add one to _instance")
 
 
@@ -122,13 +122,13 @@ def _private_names(collector: Collector) -> set[str]:
     """The private members TorchRL's, tensordict's and multiprocessing's classes that actorq
     builds on define on the class or set on an instance."""
     names = {member.name for member in adapter.PRIVATE_MEMBERS}
-    classes = (Collector, MultiAsyncCollector, MultiProcessWeightSyncScheme, EnvBase, SerialEnv, TensorDict,
+    classes = (Collector, MultiAsyncCollector, SharedMemWeightSyncScheme, EnvBase, SerialEnv, TensorDict,
                TensorDictBase, multiprocessing.Process)
     for cls in classes:
         for base in cls.__mro__:
             if base.__module__.split(".")[0] in ("torchrl", "tensordict", "multiprocessing"):
                 names |= {name for name in vars(base) if _private(name)}
-    instances = (collector, MultiProcessWeightSyncScheme(sync=False),
+    instances = (collector, SharedMemWeightSyncScheme(sync=False),
                  multiprocessing.get_context("spawn").Process(target=print))
     for instance in instances:
         names |= {name for name in vars(instance) if _private(name)}
@@ -140,6 +140,11 @@ def _private_uses(tree: ast.AST, private_names: set[str]) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in private_names:
             uses.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in private_names:  # getattr(x, "_name")
+            uses.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.ClassDef):  # a method overriding a private one
+            uses += [f"line {item.lineno}: def {node.name}.{item.name}" for item in node.body
+                     if isinstance(item, ast.FunctionDef) and item.name in private_names]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torchrl":
             imported = [alias.name for alias in node.names]
             if any(_private(name) for name in [*node.module.split("."), *imported]):
@@ -165,6 +170,7 @@ def test_no_module_but_the_adapter_reaches_private_torchrl_members(collector):
 def test_the_boundary_check_sees_a_private_use():
     """The scan above finds the kinds of use it guards against."""
     source = ("from torchrl.collectors import _runner\nfrom torchrl._utils import seed_generator\n"
-              "process._closed\ncollector._carrier.get('x')\n")
-    uses = _private_uses(ast.parse(source), {"_closed", "_carrier"})
-    assert len(uses) == 4, uses
+              "process._closed\ncollector._carrier.get('x')\ngetattr(collector, '_weight_sync_schemes')\n"
+              "class C:\n    def _queue_len(self): ...\n")
+    uses = _private_uses(ast.parse(source), {"_closed", "_carrier", "_weight_sync_schemes", "_queue_len"})
+    assert len(uses) == 6, uses

@@ -245,19 +245,14 @@ class _Collector(adapter.HandOverCollector):
         return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.num_workers))
 
     def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
-        """TorchRL's shutdown, then the weight-sync scheme's own, now: left to garbage
-        collection at interpreter exit, the scheme's ``__del__`` puts "stop" on a queue, which
-        starts a feeder thread that can never start then, and the process hangs on exit."""
         try:
             super().shutdown(timeout=timeout, close_env=close_env, raise_on_error=raise_on_error)
         finally:
-            for scheme in (getattr(self, "_weight_sync_schemes", None) or {}).values():
-                scheme.shutdown()
             self.errors.close()
 
     def push(self, weights: TensorDictBase, timeout: float = ACK_TIMEOUT_S) -> None:
         """TorchRL's weight push waits for every worker's acknowledgement with no timeout
-        (``MultiProcessWeightSyncScheme.send`` -> ``_wait_for_ack(timeout=None)``), so a dead
+        (``SharedMemWeightSyncScheme.send`` -> ``_wait_for_ack(timeout=None)``), so a dead
         worker hangs it. Here the send does not wait, and the acknowledgements are awaited
         worker by worker while checking that the worker is alive."""
         self.check_workers()

@@ -11,7 +11,8 @@ shapes, dtypes and values TorchRL's own rollout returns for that env
 (``tests/unit/test_lean_rollout.py`` compares them on the same seeds).
 
 Example:
-    >>>     >>> from actorq.actors.policy import ExplorationPolicy
+    >>> from tensordict.nn import TensorDictModule
+    >>> from actorq.actors.policy import ExplorationPolicy
     >>> from actorq.envs import EnvSpec
     >>> from actorq.envs.batched import make_batched_env
     >>> from actorq.networks import QNetwork
