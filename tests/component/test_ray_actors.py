@@ -20,8 +20,10 @@ from tests.helpers import scalars
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 # Ray's token authentication is for clusters reachable from other machines; this one is not.
+# The actors unpickle tests.component.fault_envs, and run the actorq of this checkout (src/),
+# whichever one the environment has installed.
 RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "PYTHONPATH": str(REPO)}  # the actors unpickle tests.component.fault_envs
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
 
 
 def ray_processes() -> dict[int, psutil.Process]:

@@ -1,6 +1,6 @@
 """Actors: TorchRL collectors in worker processes, each running an :class:`ExplorationPolicy`.
 
-This module and :mod:`actorq.actors.ray_pool` are the only ones that import TorchRL collectors.
+The collectors' TorchRL machinery is reached through :mod:`actorq.torchrl_adapter`.
 
 Example:
     >>> from actorq.actors.policy import ExplorationPolicy
@@ -27,24 +27,20 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import queue
-import re
 import signal
 import time
 from collections.abc import Iterator
-from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.collectors import Collector, MultiAsyncCollector
-from torchrl.collectors import _runner as torchrl_runner
-from torchrl.envs import EnvBase, SerialEnv
+from torchrl.collectors import Collector
 
+from actorq import torchrl_adapter as adapter
+from actorq.actors.base import ActorPoolBase
+from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.rollout import LeanCollector
-from actorq.envs import OBSERVATION, import_suites, make_env
-from actorq.envs.batched import make_batched_env
 
 if TYPE_CHECKING:
     from actorq.replay.experience import ExperienceWriter
@@ -77,19 +73,6 @@ def set_worker_index(index: int | None) -> None:
     _WORKER_INDEX = index
 
 
-class ActorWorkerError(RuntimeError):
-    """An actor worker died or its env raised, and the pool may not restart (again).
-
-    Attributes:
-        worker: the worker's index.
-        cause: what ended it (the exception it raised, or the signal or exit code).
-    """
-
-    def __init__(self, worker: int, cause: str, detail: str = ""):
-        self.worker, self.cause = worker, cause
-        super().__init__(f"actor worker {worker} failed: {cause}{detail}")
-
-
 class Written:
     """What :class:`ActorPool` yields for a batch that a worker wrote into the replay itself.
 
@@ -102,28 +85,6 @@ class Written:
 
 
 WRITTEN = Written()
-
-
-def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None,
-                    lean: bool = True, env_modules: tuple[str, ...] = ()) -> EnvBase:
-    """One worker's environments, stepped with one policy call per step for all of them.
-
-    It runs in the worker's process (a spawned actor process or a Ray actor), which first
-    imports ``env_modules`` (``env.module``): a suite of one's own registers itself there.
-    With ``lean`` (``actors.lean_envs``) and a suite that has raw envs (dm_control,
-    gymnasium), a :class:`~actorq.envs.batched.LeanBatchedEnv`: unbatched for one env,
-    ``batch_size=[envs_per_worker]`` otherwise. Else today's TorchRL path: a single
-    :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several.
-    """
-    import_suites(env_modules)
-    if lean:
-        env = make_batched_env(env_name, None if envs_per_worker == 1 else envs_per_worker,
-                               seed=seed, library=library)
-        if env is not None:
-            return env
-    if envs_per_worker == 1:
-        return make_env(env_name, seed=seed, library=library)
-    return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed, library=library))
 
 
 class _WorkerFailed(Exception):
@@ -167,22 +128,17 @@ class _WorkerCollectorFactory:
 
     def __call__(self, *args, **kwargs) -> Collector:
         set_worker_index(kwargs.get("worker_idx"))
-        # TorchRL's worker loop (``_runner.py``) polls its pipe for ``_MIN_TIMEOUT`` (1 ms)
-        # after every batch, for a message the learner sent meanwhile; a poll without a wait
-        # finds such a message too and gives the millisecond back (one worker, 64-wide policy:
-        # 6027 -> 6441 frames/s at one env and 128-frame batches, 20708 -> 21994 at 16 envs).
-        torchrl_runner._MIN_TIMEOUT = 0.0
-        # TorchRL's worker loop sets ``_ignore_rb`` on the class it is given (here, on us).
-        _ReportingCollector._ignore_rb = vars(self).get("_ignore_rb", Collector._ignore_rb)
+        adapter.skip_worker_poll_wait()
+        adapter.hand_on_ignore_rb(self, _ReportingCollector)
         collector = _ReportingCollector(*args, **kwargs)
         collector.produced, collector.errors = self.produced, self.errors
         collector.lean_rollout = self.lean_rollout
         return collector
 
 
-class _Collector(MultiAsyncCollector):
+class _Collector(adapter.HandOverCollector):
     """TorchRL 0.14's ``MultiAsyncCollector`` with what a pool that loses nothing and never
-    hangs needs; each override is small and says which TorchRL behaviour it changes.
+    hangs needs, through the hooks of :class:`~actorq.torchrl_adapter.HandOverCollector`.
 
     - Hand-over: TorchRL's queue of batches holds ONE item (``_queue_len``), and a worker
       whose ``queue_out.put(..., timeout=1.0)`` times out throws its batch away and collects
@@ -206,36 +162,20 @@ class _Collector(MultiAsyncCollector):
         self.dropped_frames = 0
         self.causes: dict[int, str] = {}
 
-    @property
-    def _queue_len(self) -> int:
-        return self.num_workers
+    # A failed worker does not shut the collector down at once: the pool first takes the
+    # batches the other workers hold (:meth:`drain`), then shuts it down itself.
+    raised_without_shutdown = (_WorkerFailed,)
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        """TorchRL's, except that a failed worker does not shut the collector down at once
-        (TorchRL's ``__iter__`` shuts it down on any exception): the pool first takes the
-        batches the other workers hold (:meth:`drain`), then shuts it down itself."""
-        self._iteration_started = True
-        try:
-            yield from self.iterator()
-        except _WorkerFailed:
-            raise
-        except Exception:
-            self.shutdown()
-            raise
+    def nothing_arrived(self) -> None:
+        self.check_workers()
 
-    def _get_from_queue(self, timeout=None):
-        try:
-            idx, j, out = super()._get_from_queue(timeout=timeout)
-        except (queue.Empty, TimeoutError):
-            self.check_workers()
-            raise
-        self._account(idx, out)
+    def batch_arrived(self, worker: int, batch: TensorDictBase | None) -> None:
+        self._account(worker, batch)
         try:
             self.check_workers()
         except _WorkerFailed as failure:
-            failure.batch, failure.batch_worker = out, idx
+            failure.batch, failure.batch_worker = batch, worker
             raise
-        return idx, j, out
 
     def _account(self, idx: int, out: TensorDictBase | None) -> None:
         """Counts a batch that arrived from worker ``idx``, and what that worker dropped."""
@@ -255,14 +195,14 @@ class _Collector(MultiAsyncCollector):
         collecting = getattr(self, "running", False)  # False: no worker had a go-ahead yet
         waiting = {worker for worker, process in enumerate(self.procs)
                    if collecting and worker not in (failure.worker, failure.batch_worker)
-                   and not process._closed and process.is_alive()}
+                   and _is_running(process)}
         deadline = time.monotonic() + timeout
         batches = []
         while True:
             try:
-                idx, _, out = MultiAsyncCollector._get_from_queue(self, timeout=0.1)
+                idx, out = self.take_batch(timeout=0.1)
             except (queue.Empty, TimeoutError):
-                waiting = {worker for worker in waiting if self.procs[worker].is_alive()}
+                waiting = {worker for worker in waiting if _is_running(self.procs[worker])}
                 if not waiting or time.monotonic() > deadline:
                     return batches
                 continue
@@ -280,7 +220,7 @@ class _Collector(MultiAsyncCollector):
         for worker in sorted(self.causes):
             raise _WorkerFailed(worker, self.causes[worker])
         for worker, process in enumerate(self.procs):
-            if not process._closed and not process.is_alive():
+            if _has_died(process):
                 raise _WorkerFailed(worker, self.cause(worker, process.exitcode))
 
     def cause(self, worker: int, exitcode: int | None) -> str:
@@ -305,50 +245,44 @@ class _Collector(MultiAsyncCollector):
         return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.num_workers))
 
     def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
-        """TorchRL's shutdown, then the weight-sync scheme's own, now: left to garbage
-        collection at interpreter exit, the scheme's ``__del__`` puts "stop" on a queue, which
-        starts a feeder thread that can never start then, and the process hangs on exit."""
         try:
             super().shutdown(timeout=timeout, close_env=close_env, raise_on_error=raise_on_error)
         finally:
-            for scheme in (getattr(self, "_weight_sync_schemes", None) or {}).values():
-                scheme.shutdown()
             self.errors.close()
 
     def push(self, weights: TensorDictBase, timeout: float = ACK_TIMEOUT_S) -> None:
         """TorchRL's weight push waits for every worker's acknowledgement with no timeout
-        (``MultiProcessWeightSyncScheme.send`` -> ``_wait_for_ack(timeout=None)``), so a dead
+        (``SharedMemWeightSyncScheme.send`` -> ``_wait_for_ack(timeout=None)``), so a dead
         worker hangs it. Here the send does not wait, and the acknowledgements are awaited
         worker by worker while checking that the worker is alive."""
         self.check_workers()
-        scheme = self._weight_sync_schemes["policy"]
-        scheme.sync = False
-        self.update_policy_weights_(weights)
+        self.send_weights(weights)
         for worker, process in enumerate(self.procs):
             started = time.monotonic()
-            while True:
-                try:
-                    scheme._ack_queues[worker].get(timeout=0.1)
-                    break
-                except queue.Empty:
-                    if not process.is_alive():
-                        raise _WorkerFailed(worker, self.cause(worker, process.exitcode)) from None
-                    if time.monotonic() - started > timeout:
-                        raise _WorkerFailed(worker, f"took no weights within {timeout:.0f} s "
-                                                    "(alive but stuck)") from None
+            while not self.wait_for_weights(worker, timeout=0.1):
+                if not process.is_alive():
+                    raise _WorkerFailed(worker, self.cause(worker, process.exitcode))
+                if time.monotonic() - started > timeout:
+                    raise _WorkerFailed(worker, f"took no weights within {timeout:.0f} s (alive but stuck)")
 
 
-_TORCHRL_FAILURE = re.compile(r"worker (\d+) \(exit code (-?\d+)\)")
+def _is_running(process: multiprocessing.Process) -> bool:
+    """Whether ``process`` runs (a closed process object does not: ``is_alive`` refuses it)."""
+    try:
+        return process.is_alive()
+    except ValueError:
+        return False
 
 
-def check_frames_done(frames_done: int, total_frames: int) -> None:
-    """Raises ``ValueError`` unless a resumed run has frames left to collect. The ``actors.*``
-    keys themselves are checked with the run config (:mod:`actorq.checks`)."""
-    if not 0 <= frames_done < total_frames:
-        raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
+def _has_died(process: multiprocessing.Process) -> bool:
+    """Whether ``process`` ended and its process object is still open (it has an exit code)."""
+    try:
+        return not process.is_alive()
+    except ValueError:
+        return False
 
 
-class ActorPool:
+class ActorPool(ActorPoolBase):
     """``num_workers`` actor processes collecting concurrently with the learner.
 
     Iterating yields one worker's batch at a time (``frames_per_batch`` steps), while that
@@ -426,27 +360,14 @@ class ActorPool:
         lean_rollout: bool = True,
         env_modules: tuple[str, ...] = (),
     ):
-        check_frames_done(frames_done, total_frames)
-        # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
-        self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
-                              tuple(env_modules))
-        self.num_workers = num_workers
-        self.frames_per_batch = frames_per_batch
-        self.total_frames = total_frames
-        self.init_random_frames = init_random_frames
-        self.seed = seed
-        self.frames_done = frames_done
+        super().__init__(env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
+                         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
+                         frames_done, env_modules)
         self.lean_rollout = lean_rollout
         self.writer = writer
-        self.restart_on_failure = restart_on_failure
-        self.max_restarts = max_restarts
-        self.frames = frames_done
-        self.restarts = 0
         self._dropped_before = 0  # by collectors that were replaced
         self._collected_before = 0  # by collectors that were replaced
         self._unused_before = 0  # saved at a restart but past the budget
-        self._weights: TensorDictBase | None = None  # the last pushed, for restarts
         self.collector = self._start(total_frames - frames_done)
 
     def _start(self, total_frames: int) -> _Collector:
@@ -463,7 +384,7 @@ class ActorPool:
             errors=context.Queue(),
             lean_rollout=self.lean_rollout,
         )
-        collector.set_seed(self.seed + 1_000_003 * self.restarts)
+        collector.set_seed(self.restart_seed)
         self.collector = collector
         if self._weights is not None:
             collector.push(self._weights)
@@ -526,9 +447,9 @@ class ActorPool:
         first), for the iteration to yield."""
         old = self.collector
         process = old.procs[failure.worker]
-        if not process._closed and process.is_alive():  # its env raised; it cannot answer "close"
+        if _is_running(process):  # its env raised; it cannot answer "close"
             process.kill()
-        restart = self.restart_on_failure and self.restarts < self.max_restarts
+        restart = self.can_restart
         if restart:  # said now: taking the others' batches and stopping the old workers takes seconds
             log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
                         "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
@@ -543,11 +464,7 @@ class ActorPool:
         self._dropped_before += old.dropped_frames
         old.dropped_frames = 0
         self._collected_before += int(old.produced.sum())
-        if not self.restart_on_failure:
-            raise ActorWorkerError(failure.worker, failure.cause, " (actors.restart_on_failure=false)") from None
-        if self.restarts >= self.max_restarts:
-            raise ActorWorkerError(failure.worker, failure.cause,
-                                   f" (after {self.restarts} restarts; actors.max_restarts={self.max_restarts})") from None
+        self.refuse_restart(failure.worker, failure.cause)
         if self.writer is not None:
             remaining = self.total_frames - self.frames_done - self.writer.write_count
         else:
@@ -558,9 +475,6 @@ class ActorPool:
         except _WorkerFailed as again:  # a fresh worker died before it took the weights
             saved += self._recover(again)
         return saved
-
-    def __len__(self) -> int:
-        return -(-self.total_frames // self.frames_per_batch)
 
     def push(self, policy: nn.Module) -> None:
         """Copies ``policy``'s parameters and buffers into every worker's policy.
@@ -574,7 +488,7 @@ class ActorPool:
         try:
             self.collector.push(weights)
         except _WorkerFailed as failure:
-            if not self.restart_on_failure or self.restarts >= self.max_restarts:
+            if not self.can_restart:
                 self._recover(failure)  # raises ActorWorkerError
             # else the iteration finds the dead worker and restarts with these weights
 
@@ -586,8 +500,8 @@ def _as_worker_failure(error: BaseException, collector: _Collector) -> _WorkerFa
     """Our own report of a dead worker, or TorchRL's (when it noticed first), else None."""
     if isinstance(error, _WorkerFailed):
         return error
-    match = _TORCHRL_FAILURE.search(str(error)) if isinstance(error, RuntimeError) else None
-    if match is None:
+    failed = adapter.failed_worker(error)
+    if failed is None:
         return None
-    worker = int(match.group(1))
-    return _WorkerFailed(worker, collector.cause(worker, int(match.group(2))))
+    worker, exitcode = failed
+    return _WorkerFailed(worker, collector.cause(worker, exitcode))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import torch
@@ -23,9 +22,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.pool import ActorWorkerError, check_frames_done, make_worker_env, set_worker_index
+from actorq.actors.base import ActorPoolBase, ActorWorkerError
+from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
-from actorq.envs import OBSERVATION
 from actorq.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class RolloutWorker:
         weights.to_module(self.policy.module)
 
 
-class RayActorPool:
+class RayActorPool(ActorPoolBase):
     """``num_workers`` Ray actors collecting concurrently with the learner; the same interface
     as :class:`~actorq.actors.pool.ActorPool` (iteration, :meth:`push`, frame accounting).
 
@@ -119,29 +118,18 @@ class RayActorPool:
         requests_in_flight: int = 2,
         env_modules: tuple[str, ...] = (),
     ):
-        check_frames_done(frames_done, total_frames)
+        super().__init__(env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
+                         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
+                         frames_done, env_modules)
         self.ray = import_ray()
-        self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
-        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
-                              tuple(env_modules))
-        self.num_workers = num_workers
-        self.frames_per_batch = frames_per_batch
-        self.total_frames = total_frames
-        self.init_random_frames = init_random_frames
-        self.seed = seed
-        self.frames_done = frames_done
-        self.restart_on_failure = restart_on_failure
-        self.max_restarts = max_restarts
         self.sync = sync
         self.requests_in_flight = 1 if sync else requests_in_flight
-        self.frames = frames_done
         self.collected_frames = 0
         self.dropped_frames = 0
         self.unused_frames = 0
-        self.restarts = 0
         self.broadcast_bytes = 0
         self._requested = frames_done  # frames asked of the actors, counting those done
-        self._weights = None  # object ref of the last pushed weights, for restarts
+        # self._weights (ActorPoolBase): the object ref of the last pushed weights, for restarts
         self._loads: list[tuple[int, Any]] = []  # (actor, load call) of the last push
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
@@ -171,13 +159,10 @@ class RayActorPool:
 
     def _start(self, index: int):
         worker = self._remote.remote(self.env_fn, self.policy, self.frames_per_batch,
-                                     self.seed + 7919 * index + 1_000_003 * self.restarts, index)
+                                     self.restart_seed + 7919 * index, index)
         if self._weights is not None:
             worker.load.remote(self._weights)  # runs before any batch request: actor calls are in order
         return worker
-
-    def __len__(self) -> int:
-        return -(-self.total_frames // self.frames_per_batch)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         for _ in range(self.requests_in_flight):
@@ -236,11 +221,7 @@ class RayActorPool:
         raises :class:`ActorWorkerError`."""
         cause = _cause(error)
         self.ray.kill(self.workers[index], no_restart=True)
-        if not self.restart_on_failure:
-            raise ActorWorkerError(index, cause, " (actors.restart_on_failure=false)") from None
-        if self.restarts >= self.max_restarts:
-            raise ActorWorkerError(index, cause,
-                                   f" (after {self.restarts} restarts; actors.max_restarts={self.max_restarts})") from None
+        self.refuse_restart(index, cause)
         self.restarts += 1
         log.warning("actor worker %d failed (%s); restarting it with the current weights (restart %d of at "
                     "most %d)", index, cause, self.restarts, self.max_restarts)
@@ -265,7 +246,7 @@ class RayActorPool:
             try:
                 self.ray.get(load)
             except self.ray.exceptions.RayActorError as error:
-                if not self.restart_on_failure or self.restarts >= self.max_restarts:
+                if not self.can_restart:
                     raise ActorWorkerError(index, _cause(error)) from None
 
     def shutdown(self) -> None:

@@ -32,14 +32,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule
-from torch import nn
 from torchrl.collectors import Collector
 
+from actorq import torchrl_adapter as adapter
 from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv, StepArrays
 from actorq.envs.spec import OBSERVATION
-
-TRAJ_IDS = ("collector", "traj_ids")
 
 
 class LeanCollector(Collector):
@@ -54,34 +51,26 @@ class LeanCollector(Collector):
         if not self._lean():
             return super().rollout()
         with torch.no_grad():
-            return self._maybe_set_truncated(self._lean_rollout())
+            return adapter.finish_rollout(self, self._lean_rollout())
 
     def _lean(self) -> bool:
-        per_step_writes = self.replay_buffer is not None and not self._ignore_rb and not self.extend_buffer
-        return (self.lean_rollout and isinstance(self.env, LeanBatchedEnv) and self.interruptor is None and not self.reset_at_each_iter
-                and not per_step_writes and not self._cast_to_policy_device and not self._cast_to_env_device
-                and not self.compiled_policy and not self.cudagraphed_policy and self.track_traj_ids
-                and not self._compact_next_keys)
+        return (self.lean_rollout and isinstance(self.env, LeanBatchedEnv) and adapter.rollout_is_plain(self))
 
-    def _policy_module(self) -> nn.Module:
-        policy = self._wrapped_policy
-        return policy.module if isinstance(policy, TensorDictModule) else policy
-
-    def _lean_rollout(self) -> TensorDictBase:
+    def _lean_rollout(self) -> TensorDict:
         env: LeanBatchedEnv = self.env
         n, steps = env.num_envs, self.frames_per_batch
         spec = env.action_spec
         action_shape = spec.shape[len(env.batch_size):]
         buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype)
-        policy = self._policy_module()
-        traj_ids = self._carrier.get(TRAJ_IDS).reshape(n).clone()
+        policy = adapter.policy_module(self)
+        traj_ids = adapter.current_traj_ids(self).reshape(n).clone()
         traj_ids_array = traj_ids.numpy()  # the same memory; numpy's copy from a tensor is slow
         obs = env.observation
         for t in range(steps):
             buffers.obs[:, t] = obs
             buffers.episode_reward[:, t] = env.episode_reward
             buffers.traj_ids[:, t] = traj_ids_array
-            if self._should_use_random_frames():
+            if adapter.random_frames_now(self):
                 action = spec.rand()
             else:
                 action = policy(torch.from_numpy(obs) if env.batched else torch.from_numpy(obs[0]))
@@ -92,16 +81,9 @@ class LeanCollector(Collector):
             obs = env.restart_ended(step)
             if step.done.any():
                 ended = torch.from_numpy(step.done[:, 0])
-                traj_ids[ended] = self._traj_pool.get_traj_and_increment(int(ended.sum()))
-        self._carrier.set(TRAJ_IDS, traj_ids.reshape(self._carrier.batch_size))
-        return self._into_final_rollout(buffers.tensordict(env.batched))
-
-    def _into_final_rollout(self, batch: TensorDict) -> TensorDictBase:
-        if not self._use_buffers:
-            return batch
-        with self._final_rollout.unlock_():
-            self._final_rollout.update_(batch)
-        return self._final_rollout
+                traj_ids[ended] = adapter.new_traj_ids(self, int(ended.sum()))
+        adapter.set_current_traj_ids(self, traj_ids)
+        return buffers.tensordict(env.batched)
 
 
 class _Buffers:

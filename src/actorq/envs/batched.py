@@ -38,11 +38,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl._utils import seed_generator
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
+from actorq.torchrl_adapter import next_seed, tensordict_unchecked
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -253,7 +253,7 @@ class LeanBatchedEnv(EnvBase):
         for i in range(self._n):
             self.raw.seed(i, seed)
             if not static_seed:
-                seed = seed_generator(seed)
+                seed = next_seed(seed)
         return seed
 
     def _set_seed(self, seed: int | None) -> None:  # pragma: no cover - set_seed is overridden
@@ -268,7 +268,7 @@ class LeanBatchedEnv(EnvBase):
 
     def _root(self, obs: np.ndarray) -> TensorDict:
         false = self._false
-        return TensorDict._new_unsafe(
+        return tensordict_unchecked(
             {OBSERVATION: self._tensor(obs), EPISODE_REWARD: self._tensor(self._state.episode.copy()),
              "done": false.clone(), "terminated": false.clone(), "truncated": false.clone()},
             batch_size=self.batch_size,
@@ -318,7 +318,7 @@ class LeanBatchedEnv(EnvBase):
         return self._state.episode
 
     def _next_td(self, step: StepArrays) -> TensorDict:
-        return TensorDict._new_unsafe(step.entries(self._tensor), batch_size=self.batch_size)
+        return tensordict_unchecked(step.entries(self._tensor), batch_size=self.batch_size)
 
     def _reset_rows(self, rows, obs: np.ndarray) -> None:
         for i in rows:
