@@ -14,11 +14,16 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec
+
+if TYPE_CHECKING:
+    from actorq.algos.base import OffPolicyLearner
 
 
 class ExplorationPolicy(nn.Module):
@@ -69,7 +74,7 @@ class ExplorationPolicy(nn.Module):
         return torch.addcmul(out, torch.randn_like(out), sigma).clamp_(buffers["low"], buffers["high"])
 
 
-def learner_policy(learner) -> ExplorationPolicy:
+def learner_policy(learner: OffPolicyLearner) -> ExplorationPolicy:
     """The learner's policy as the actors would run it at fp32: its live behaviour network
     with the current exploration scale (a new wrapper each call; the network is shared).
 
@@ -81,7 +86,7 @@ def learner_policy(learner) -> ExplorationPolicy:
                              stochastic=learner.stochastic)
 
 
-def actor_policy(learner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
+def actor_policy(learner: OffPolicyLearner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
     """The actors' own copy of the learner's policy, its network encoded at ``quant``
     (fp32 included): it changes only when a broadcast loads a new payload, never with the
     learner's optimizer steps.
