@@ -20,7 +20,7 @@ Example:
     >>> experience = Experience("CartPole-v1", make_actors=partial(ActorPool, num_workers=1,
     ...                         frames_per_batch=100, total_frames=1000),
     ...                         make_replay=partial(make_replay, capacity=10_000),
-    ...                         actor_policy=None, quant=None, clock=FrameClock(lambda frames: 0.1),
+    ...                         actor_policy=None, clock=FrameClock(lambda frames: 0.1),
     ...                         n_step=3, gamma=0.99, planned_updates=900)
     >>> experience.total_frames, experience.actors is None  # nothing starts before fit
     (1000, True)
@@ -69,8 +69,7 @@ class Experience(L.LightningDataModule):
             ``replay`` config group, partially applied).
         actor_policy: the policy every actor starts with and the broadcast refreshes (an
             :class:`~actorq.actors.policy.ExplorationPolicy` over a
-            :class:`~actorq.quant.QuantizedNetwork`).
-        quant: the precision the actors run at (``bits="auto"`` already resolved).
+            :class:`~actorq.quant.QuantizedNetwork`, whose ``quant`` is the actors' precision).
         clock: the run's frame clock (the learner's): the actors start at its frames, with
             its exploration scale, and every push refreshes that scale.
         n_step: rewards summed per stored transition (the learner's ``n_step``).
@@ -91,6 +90,7 @@ class Experience(L.LightningDataModule):
         sampling: what the learner samples and feeds priorities to: the replay itself, or
             with several learner ranks a :class:`~actorq.parallel.RankSampling` of it.
         writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
+        quant: the precision the actors run at: their policy's (``None`` without one).
         actors: the :class:`~actorq.actors.pool.ActorPool` (after ``train_dataloader``).
         total_frames: env frames the run collects.
     """
@@ -101,7 +101,6 @@ class Experience(L.LightningDataModule):
         make_actors: Callable[..., ActorPool],
         make_replay: Callable[..., ReplayBuffer],
         actor_policy: nn.Module | None,
-        quant: QuantSpec | None,
         clock: FrameClock,
         n_step: int,
         gamma: float,
@@ -121,7 +120,6 @@ class Experience(L.LightningDataModule):
         self.make_actors = make_actors
         self.make_replay = make_replay
         self.actor_policy = actor_policy
-        self.quant = quant
         self.clock = clock
         self.n_step = n_step
         self.gamma = gamma
@@ -132,6 +130,10 @@ class Experience(L.LightningDataModule):
         self.writer: ExperienceWriter | None = None
         self.actors: ActorPool | None = None
         self._replay_state: dict | None = None
+
+    @property
+    def quant(self) -> QuantSpec | None:
+        return self.actor_policy.network.quant if self.actor_policy is not None else None
 
     def make_env(self, seed: int | None = None):
         """A fresh environment of this run (for templates, calibration, and evaluation where the

@@ -115,7 +115,7 @@ def test_checkpoint_restores_the_sampling_state():
 
     def experience_with(replay):
         experience = Experience("CartPole-v1", make_actors=partial(ActorPool, total_frames=1000),
-                                make_replay=None, actor_policy=None, quant=None,
+                                make_replay=None, actor_policy=None,
                                 clock=FrameClock(Exploration(0.1)), n_step=1, gamma=0.99, planned_updates=10)
         experience.replay = replay
         return experience

@@ -2,6 +2,7 @@
 train() hands it (the frame clock, n-step settings, planned updates), and the learner learns
 from the experience it is handed."""
 
+import dataclasses
 from functools import partial
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.experience import Experience
+from actorq.quant import QuantSpec
 from actorq.replay import make_replay
 from actorq.replay.prioritized import PrioritizedReplay
 from tests.helpers import DISCRETE
@@ -38,9 +40,11 @@ def experience_of(learner: DQN, planned_updates: int = 123) -> Experience:
     policy.register_buffer("noise_scale", torch.tensor(1.0))
     policy.network = torch.nn.Module()
     policy.network.load_payload = lambda payload: None
+    policy.network.payload = dict
+    policy.network.quant = QuantSpec(bits=8)
     experience = Experience(
         "CartPole-v1", make_actors=partial(RecordingPool, total_frames=1000),
-        make_replay=partial(make_replay, capacity=1000, prioritized=True), actor_policy=policy, quant=None,
+        make_replay=partial(make_replay, capacity=1000, prioritized=True), actor_policy=policy,
         clock=learner.clock, n_step=learner.n_step, gamma=learner.gamma, planned_updates=planned_updates, seed=7,
     )
     experience.trainer = NoTrainer()
@@ -62,6 +66,12 @@ def test_the_experience_starts_from_the_clock_it_was_handed_and_reads_no_learner
     experience.push({})
     assert pool.pushed_noise == [0.5]
     assert experience.actor_counters() == {"dropped_frames": 3, "restarts": 1}
+
+
+def test_the_actors_precision_is_their_policys():
+    experience = experience_of(DQN(DISCRETE, Exploration(0.1), hidden=(8,)))
+    assert experience.quant is experience.actor_policy.network.quant
+    assert experience.state_dict()["quant"] == dataclasses.asdict(QuantSpec(bits=8))
 
 
 def test_the_learner_learns_from_the_experience_it_is_handed():
