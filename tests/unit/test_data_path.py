@@ -5,6 +5,7 @@ from the experience it is handed."""
 import dataclasses
 from functools import partial
 
+import pytest
 import torch
 
 from actorq.algos.base import Exploration
@@ -76,7 +77,9 @@ def test_the_actors_precision_is_their_policys():
 
 def test_the_learner_learns_from_the_experience_it_is_handed():
     learner = DQN(DISCRETE, Exploration(0.1), hidden=(8,), batch_size=4, learning_starts=0)
-    assert learner.experience is None
+    with pytest.raises(RuntimeError, match=r"call learner.learn_from\(experience\) before trainer.fit"):
+        learner.on_fit_start()
     experience = experience_of(learner)
     learner.learn_from(experience)
     assert learner.experience is experience
+    learner.on_fit_start()  # ready to fit

@@ -373,6 +373,9 @@ class OffPolicyLearner(L.LightningModule):
     # the counters a resumed run continues from, and this process's random states.
 
     def on_fit_start(self) -> None:
+        if self.experience is None:
+            raise RuntimeError(f"{type(self).__name__} has no experience to learn from: call "
+                               "learner.learn_from(experience) before trainer.fit (actorq.train does)")
         self._fit_started_at = time.perf_counter()
 
     def on_train_end(self) -> None:
