@@ -46,14 +46,14 @@ def load_module(name: str, source: str, **names) -> types.ModuleType:
 
 def attach_trainer(learner: L.LightningModule, total_frames: int = 10_000) -> L.Trainer:
     """Gives ``learner`` a real Trainer, optimizers and LR schedulers, so ``update`` can run
-    outside ``fit``. The Trainer's datamodule is a stand-in holding a :class:`RecordingReplay`
-    (as its ``replay`` and its ``sampling``) and the run's ``total_frames`` (what the learner
-    reads from its experience pipeline)."""
+    outside ``fit``. The learner learns from a stand-in experience pipeline holding a
+    :class:`RecordingReplay` (as its ``replay`` and its ``sampling``) and the run's
+    ``total_frames`` (what the learner reads from its experience pipeline)."""
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     learner.trainer = trainer
     replay = RecordingReplay()
-    trainer.datamodule = SimpleNamespace(replay=replay, sampling=replay, total_frames=total_frames)
+    learner.learn_from(SimpleNamespace(replay=replay, sampling=replay, total_frames=total_frames))
     trainer.strategy.connect(learner)
     trainer.strategy._lightning_optimizers = []
     optimizers, schedulers = _init_optimizers_and_lr_schedulers(learner)

@@ -1,22 +1,27 @@
 """The experience pipeline the Trainer owns: environment, replay, writer and actor pool.
 
 :class:`Experience` is a ``LightningDataModule``. ``trainer.fit(learner, datamodule=experience)``
-builds the replay and the n-step writer in :meth:`Experience.setup` (the learner is complete
-by then, so they can read its ``n_step``, ``gamma`` and planned updates), starts the actor
-pool in :meth:`Experience.train_dataloader` (after a resumed run's checkpoint is restored, so
-the actors start from the restored weights and collect only the frames left), iterates it
-as the training data, saves the replay's state in checkpoints and shuts the actor
-processes down in :meth:`Experience.teardown`. The learner
-and the callbacks reach it as ``trainer.datamodule``.
+builds the replay and the n-step writer in :meth:`Experience.setup`, starts the actor pool in
+:meth:`Experience.train_dataloader` (after a resumed run's checkpoint is restored, so the
+actors start from the restored weights and collect only the frames left), iterates it as the
+training data, saves the replay's state in checkpoints and shuts the actor processes down in
+:meth:`Experience.teardown`.
+
+It never reads the learner: ``train()`` hands it what it needs at construction (the n-step
+settings, the updates the run plans, and the run's :class:`~actorq.clock.FrameClock`, which
+the learner advances). The learner is handed the experience (``learner.learn_from``); the
+callbacks reach it as ``trainer.datamodule``.
 
 Example:
     >>> from functools import partial
     >>> from actorq.actors.pool import ActorPool
+    >>> from actorq.clock import FrameClock
     >>> from actorq.replay import make_replay
     >>> experience = Experience("CartPole-v1", make_actors=partial(ActorPool, num_workers=1,
     ...                         frames_per_batch=100, total_frames=1000),
     ...                         make_replay=partial(make_replay, capacity=10_000),
-    ...                         actor_policy=None, quant=None)
+    ...                         actor_policy=None, clock=FrameClock(lambda frames: 0.1),
+    ...                         n_step=3, gamma=0.99, planned_updates=900)
     >>> experience.total_frames, experience.actors is None  # nothing starts before fit
     (1000, True)
 """
@@ -29,8 +34,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
+import torch
 from tensordict import TensorDictBase
 from torch import nn
+
+from actorq.clock import FrameClock
 
 from actorq.envs import make_env
 from actorq.envs.batched import make_batched_env
@@ -41,7 +49,7 @@ from actorq.replay.experience import Arrivals, ExperienceWriter
 from actorq.replay.factory import transition_template
 
 # A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
-# (``frames_done``), not from a saved iterator position, which Lightning cannot know.
+# (``frames_done``, from the run's frame clock), not from a saved iterator position, which Lightning cannot know.
 warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 
 if TYPE_CHECKING:
@@ -61,8 +69,13 @@ class Experience(L.LightningDataModule):
             ``replay`` config group, partially applied).
         actor_policy: the policy every actor starts with and the broadcast refreshes (an
             :class:`~actorq.actors.policy.ExplorationPolicy` over a
-            :class:`~actorq.quant.QuantizedNetwork`).
-        quant: the precision the actors run at (``bits="auto"`` already resolved).
+            :class:`~actorq.quant.QuantizedNetwork`, whose ``quant`` is the actors' precision).
+        clock: the run's frame clock (the learner's): the actors start at its frames, with
+            its exploration scale, and every push refreshes that scale.
+        n_step: rewards summed per stored transition (the learner's ``n_step``).
+        gamma: discount per step (the learner's ``gamma``).
+        planned_updates: updates the run makes, each drawing one sample (a prioritized
+            replay anneals ``beta`` over them).
         seed: the run's seed (actors derive theirs from it; evaluation adds an offset).
         library: the environment suite (``env.library``); ``None`` looks the name up.
         env_modules: modules every actor process imports before it builds its envs
@@ -77,6 +90,7 @@ class Experience(L.LightningDataModule):
         sampling: what the learner samples and feeds priorities to: the replay itself, or
             with several learner ranks a :class:`~actorq.parallel.RankSampling` of it.
         writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
+        quant: the precision the actors run at: their policy's (``None`` without one).
         actors: the :class:`~actorq.actors.pool.ActorPool` (after ``train_dataloader``).
         total_frames: env frames the run collects.
     """
@@ -87,7 +101,10 @@ class Experience(L.LightningDataModule):
         make_actors: Callable[..., ActorPool],
         make_replay: Callable[..., ReplayBuffer],
         actor_policy: nn.Module | None,
-        quant: QuantSpec | None,
+        clock: FrameClock,
+        n_step: int,
+        gamma: float,
+        planned_updates: int,
         seed: int = 0,
         library: str | None = None,
         config: dict[str, Any] | None = None,
@@ -103,13 +120,20 @@ class Experience(L.LightningDataModule):
         self.make_actors = make_actors
         self.make_replay = make_replay
         self.actor_policy = actor_policy
-        self.quant = quant
+        self.clock = clock
+        self.n_step = n_step
+        self.gamma = gamma
+        self.planned_updates = planned_updates
         self.total_frames = int(make_actors.keywords["total_frames"])
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
         self.writer: ExperienceWriter | None = None
         self.actors: ActorPool | None = None
         self._replay_state: dict | None = None
+
+    @property
+    def quant(self) -> QuantSpec | None:
+        return self.actor_policy.network.quant if self.actor_policy is not None else None
 
     def make_env(self, seed: int | None = None):
         """A fresh environment of this run (for templates, calibration, and evaluation where the
@@ -130,21 +154,21 @@ class Experience(L.LightningDataModule):
         if rank > 0:  # a learner rank only: rank 0 samples its share of every batch
             self.sampling = RankSampling(None, rank, ranks)
             return
-        learner = self.trainer.lightning_module
         self.replay = _construct(
             self.make_replay,
             template=transition_template(self.make_env()),
-            planned_updates=learner.planned_updates(self.total_frames),
+            planned_updates=self.planned_updates,
         )
         if self._replay_state is not None:
             self.replay.load_state_dict(self._replay_state)
-        self.writer = ExperienceWriter(self.replay, learner.n_step, learner.gamma)
+        self.writer = ExperienceWriter(self.replay, self.n_step, self.gamma)
         self.sampling = self.replay if ranks == 1 else RankSampling(self.replay, rank, ranks)
 
     def train_dataloader(self):
         """Starts the actor processes, for the frames the run has left (all of them unless
         it resumed from a checkpoint), running the actors' policy at the learner's current
-        exploration scale; a resumed run's actors reseed from the frames done. Learner ranks
+        exploration scale (both from the run's frame clock); a resumed run's actors reseed
+        from the frames done. Learner ranks
         other than 0 follow rank 0's batches instead."""
         if self.trainer.world_size == 1:
             return self._start_actors()
@@ -162,19 +186,40 @@ class Experience(L.LightningDataModule):
             arrivals = share_arrivals(arrivals, self.sampling)
         return arrivals
 
+    def actor_counters(self) -> dict[str, int]:
+        """Frames the actors dropped and their restarts so far (empty before they start)."""
+        if self.actors is None:
+            return {}
+        return {"dropped_frames": self.actors.dropped_frames, "restarts": self.actors.restarts}
+
+    def calibration_observations(self, count: int) -> torch.Tensor:
+        """``count`` observations drawn uniformly from the replay, leaving the learner's
+        sampling state as it was (what a push calibrates a static int8 policy on)."""
+        return self.replay.observations(count)
+
+    def push(self, payload: dict[str, torch.Tensor]) -> nn.Module:
+        """Loads ``payload`` into the actors' policy and pushes it to every actor, at the
+        exploration scale where the run stands; returns the actors' network, as decoded."""
+        self.actor_policy.network.load_payload(payload)
+        self._refresh_noise_scale()
+        self.actors.push(self.actor_policy)
+        return self.actor_policy.network
+
+    def _refresh_noise_scale(self) -> None:
+        self.actor_policy.noise_scale.fill_(self.clock.noise_scale)
+
     def _start_actors(self) -> ActorPool:
         if self.actors is None:
-            learner = self.trainer.lightning_module
-            self.actor_policy.noise_scale.fill_(learner.noise_scale)
+            self._refresh_noise_scale()
             self.actors = _construct(
                 self.make_actors,
                 env_name=self.env_name,
                 library=self.library,
                 env_modules=self.env_modules,
                 policy=self.actor_policy,
-                seed=self.seed + learner.frames,
+                seed=self.seed + self.clock.frames,
                 writer=self.writer if self.writer.in_workers else None,
-                frames_done=learner.frames,
+                frames_done=self.clock.frames,
             )
         return self.actors
 

@@ -124,12 +124,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
         if resume_from is None:  # a resumed run's curves already start with it
             logger.log_metrics(choice.metrics(), step=0)
-    experience = Experience(
-        cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
-        actor_policy=actor_policy(learner, quant, observations), quant=quant,
-        seed=cfg.seed, library=cfg.env.get("library"), config=config,
-        env_modules=suite_modules(cfg.env.get("module")),
-    )
+    experience = connect_experience(cfg, learner, actor_policy(learner, quant, observations), config)
     bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
     trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=[*callbacks.values(), *bar],
                     logger=logger, enable_checkpointing=has_checkpoints(callbacks.values()))
@@ -164,6 +159,20 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     return summary, objects
 
 
+def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | None = None) -> Experience:
+    """The run's experience pipeline, handed what it needs of the learner (its frame clock,
+    n-step settings and planned updates), and handed to the learner to learn from."""
+    experience = Experience(
+        cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
+        actor_policy=actor_policy, clock=learner.clock, n_step=learner.n_step,
+        gamma=learner.gamma, planned_updates=learner.planned_updates(int(cfg.actors.total_frames)),
+        seed=cfg.seed, library=cfg.env.get("library"), config=config,
+        env_modules=suite_modules(cfg.env.get("module")),
+    )
+    learner.learn_from(experience)
+    return experience
+
+
 def check_job(cfg: DictConfig) -> None:
     """What a sweep checks of each of its jobs before the first one starts
     (:mod:`actorq.sweep`): the run config, and every object ``train`` builds before its actors
@@ -181,9 +190,7 @@ def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str |
     """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.parallel`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
-    experience = Experience(cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
-                            actor_policy=None, quant=None, seed=cfg.seed, library=cfg.env.get("library"),
-                            env_modules=suite_modules(cfg.env.get("module")))
+    experience = connect_experience(cfg, learner, actor_policy=None)
     checkpoints = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
     trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger,
                     enable_checkpointing=has_checkpoints(checkpoints))

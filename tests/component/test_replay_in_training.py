@@ -8,6 +8,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from actorq.actors.pool import ActorPool
+from actorq.algos.base import Exploration
+from actorq.clock import FrameClock
 from actorq.envs import make_env
 from actorq.errors import ConfigError
 from actorq.experience import Experience
@@ -113,7 +115,8 @@ def test_checkpoint_restores_the_sampling_state():
 
     def experience_with(replay):
         experience = Experience("CartPole-v1", make_actors=partial(ActorPool, total_frames=1000),
-                                make_replay=None, actor_policy=None, quant=None)
+                                make_replay=None, actor_policy=None,
+                                clock=FrameClock(Exploration(0.1)), n_step=1, gamma=0.99, planned_updates=10)
         experience.replay = replay
         return experience
 

@@ -114,7 +114,7 @@ def test_logged_terms_are_means_over_the_updates_of_a_batch():
     attach_trainer(learner)
     replay = UniformReplay(100)
     replay.extend(random_sample(DISCRETE, size=16).batch)
-    learner.trainer.datamodule.sampling = replay
+    learner.experience.sampling = replay
     terms = iter(range(1, 100))
     learner.update = lambda sample: {"loss_value": torch.tensor(float(next(terms)))}
     learner.frames = 4

@@ -182,7 +182,7 @@ def test_targets_follow_after_every_target_update_period_updates():
 
     replay = UniformReplay(1000)
     replay.extend(batch_of(CONTINUOUS).batch)
-    learner.trainer.datamodule.sampling = replay
+    learner.experience.sampling = replay
     learner.frames = 10
     moved = []
     for _ in range(6):

@@ -109,7 +109,7 @@ def learner_with_replay(stored: int, **kwargs) -> DQN:
     attach_trainer(learner)
     replay = UniformReplay(100)
     replay.extend(random_sample(DISCRETE, size=stored).batch)
-    learner.trainer.datamodule.sampling = replay
+    learner.experience.sampling = replay
     learner.update = lambda sample: {"loss_value": torch.tensor(1.0)}
     return learner
 
@@ -205,7 +205,7 @@ def test_one_update_names_its_terms_and_feeds_priorities_at_the_sampled_indices(
                else SAC(CONTINUOUS, actor_hidden=(8,), critic_hidden=(8,)))
     attach_trainer(learner)
     replay = IndexRecordingReplay()
-    learner.trainer.datamodule.sampling = replay
+    learner.experience.sampling = replay
     sample = random_sample(CONTINUOUS, size=16)
     sample.indices = torch.arange(100, 116)
     torch.manual_seed(0)

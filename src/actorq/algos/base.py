@@ -9,12 +9,17 @@ all the same. Subclasses only say what their networks and optimizers are and wha
 update does (:meth:`update`), returning named loss terms; the logged value of each term is
 its mean over the updates of one batch.
 
-The learner is complete at construction. Its data comes from the Trainer's datamodule, an
-:class:`actorq.experience.Experience`, reached as :attr:`OffPolicyLearner.experience`.
+The learner is complete at construction. ``train()`` then hands it the experience pipeline
+it learns from (:meth:`OffPolicyLearner.learn_from`): an :class:`ExperienceSource`, the few
+things the learner uses of :class:`actorq.experience.Experience`. The learner never reaches
+it through the Trainer, and the experience pipeline never reads the learner: what both need
+(the frames received, the exploration scale at them) is the learner's :attr:`clock`, which
+``train()`` hands to both.
 
 Attributes that callbacks rely on (documented, stable):
-    experience: ``trainer.datamodule``: the replay, writer and actor pool.
-    frames: environment steps received so far.
+    experience: the :class:`ExperienceSource` it learns from (after :meth:`learn_from`).
+    clock: the :class:`~actorq.clock.FrameClock`: frames received, exploration scale at them.
+    frames: environment steps received so far (``clock.frames``).
     learner_steps: gradient updates done so far.
     behaviour_network: the fp32 network the actors run a copy of.
     noise_scale: the actors' exploration scale now (epsilon or Gaussian sigma).
@@ -28,12 +33,14 @@ import math
 import time
 import warnings
 from abc import abstractmethod
+from typing import Any, Protocol
 
 import lightning as L
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from actorq.clock import FrameClock
 from actorq.envs import EnvSpec
 from actorq.finite import check_finite_loss
 from actorq.parallel import ranks_in_sync
@@ -105,6 +112,35 @@ class LinearDecay:
         return 1.0 - progress * (1.0 - self.final_fraction)
 
 
+class Sampling(Protocol):
+    """What the learner draws updates from: a replay, or its share of one
+    (:class:`actorq.parallel.RankSampling`)."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, batch_size: int) -> Sample: ...
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None: ...
+
+
+class ExperienceSource(Protocol):
+    """What the learner uses of its experience pipeline (:class:`actorq.experience.Experience`).
+
+    Attributes:
+        total_frames: env frames the run collects (the learning-rate schedule is planned over them).
+        sampling: what updates sample from and priorities go back to (``None`` before fit).
+    """
+
+    total_frames: int
+    sampling: Sampling | None
+
+    def receive(self, batch: Any) -> Arrivals:
+        """Stores a batch of experience (unless a worker stored it); says what arrived."""
+
+    def actor_counters(self) -> dict[str, int]:
+        """``dropped_frames`` and ``restarts`` of the actors so far (empty before they start)."""
+
+
 class OffPolicyLearner(L.LightningModule):
     """Base learner: experience handling, update scheduling, target networks, logging.
 
@@ -154,7 +190,8 @@ class OffPolicyLearner(L.LightningModule):
             raise ValueError(f"final_lr_fraction must be in [0, 1], got {final_lr_fraction}")
         self.automatic_optimization = False
         self.spec = spec
-        self.exploration = exploration
+        self.clock = FrameClock(exploration)
+        self.experience: ExperienceSource | None = None
         self.gamma = gamma
         self.n_step = n_step
         self.batch_size = batch_size
@@ -163,7 +200,6 @@ class OffPolicyLearner(L.LightningModule):
         self.target_tau = target_tau
         self.target_update_period = target_update_period
         self.final_lr_fraction = final_lr_fraction
-        self.frames = 0
         self.learner_steps = 0
         self._update_debt = 0.0
         self.time_collect = 0.0
@@ -222,10 +258,23 @@ class OffPolicyLearner(L.LightningModule):
 
     # --- the shared loop ------------------------------------------------------------
 
+    def learn_from(self, experience: ExperienceSource) -> None:
+        """The experience pipeline this learner receives batches from and samples updates from."""
+        self.experience = experience
+
     @property
-    def experience(self):
-        """The :class:`~actorq.experience.Experience` the Trainer fits on."""
-        return self.trainer.datamodule
+    def exploration(self) -> Exploration:
+        """The actors' exploration schedule."""
+        return self.clock.exploration
+
+    @property
+    def frames(self) -> int:
+        """Environment frames received so far."""
+        return self.clock.frames
+
+    @frames.setter
+    def frames(self, frames: int) -> None:
+        self.clock.frames = frames
 
     def planned_updates(self, total_frames: int) -> int:
         """Gradient updates a run of ``total_frames`` env frames makes (each draws one sample)."""
@@ -234,7 +283,7 @@ class OffPolicyLearner(L.LightningModule):
     @property
     def noise_scale(self) -> float:
         """The actors' exploration scale at the frames received so far."""
-        return self.exploration(self.frames)
+        return self.clock.noise_scale
 
     def configure_optimizers(self):
         optimizers = self.make_optimizers()
@@ -304,7 +353,7 @@ class OffPolicyLearner(L.LightningModule):
                 "collect/frames_per_s": (self.frames - self._frames_at_start)
                 / max(1e-9, time.perf_counter() - self._started_at),
                 "train/learner_steps": float(self.learner_steps),
-                "collect/exploration": self.exploration(self.frames),
+                "collect/exploration": self.noise_scale,
                 "time/collect_fraction": self.time_collect / total_time if total_time else 0.0,
                 "time/learn_s": self.time_learn,
                 "time/samples_per_insert": self.learner_steps * self.batch_size / max(1, self.frames),
@@ -312,10 +361,10 @@ class OffPolicyLearner(L.LightningModule):
                 "step": float(self.frames),
             }
         )
-        actors = getattr(self.experience, "actors", None)
-        if actors is not None:  # nothing lost, nothing restarted in a healthy run
-            values["collect/dropped_frames"] = float(actors.dropped_frames)
-            values["collect/actor_restarts"] = float(actors.restarts)
+        counters = self.experience.actor_counters()
+        if counters:  # nothing lost, nothing restarted in a healthy run
+            values["collect/dropped_frames"] = float(counters["dropped_frames"])
+            values["collect/actor_restarts"] = float(counters["restarts"])
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
 
     # --- checkpoints ----------------------------------------------------------------
@@ -324,6 +373,9 @@ class OffPolicyLearner(L.LightningModule):
     # the counters a resumed run continues from, and this process's random states.
 
     def on_fit_start(self) -> None:
+        if self.experience is None:
+            raise RuntimeError(f"{type(self).__name__} has no experience to learn from: call "
+                               "learner.learn_from(experience) before trainer.fit (actorq.train does)")
         self._fit_started_at = time.perf_counter()
 
     def on_train_end(self) -> None:
@@ -354,7 +406,7 @@ class OffPolicyLearner(L.LightningModule):
         self.wall_clock_before = state.get("wall_clock", 0.0)
         if "rng" in state:
             set_rng_states(state["rng"])
-        if self._trainer is not None:  # restoring a run: it may go on to a larger budget
+        if self.experience is not None:  # restoring a run: it may go on to a larger budget
             total = self.experience.total_frames
             extend_to_budget(checkpoint, total, self.planned_updates(total))
 

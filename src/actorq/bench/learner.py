@@ -93,6 +93,9 @@ class PreparedExperience(L.LightningDataModule):
         self.writer.extend(batch)
         return self.writer.arrivals()
 
+    def actor_counters(self) -> dict[str, int]:
+        return {}  # no actors: the batches are prepared
+
     def train_dataloader(self):
         return Batches(self.batches)
 
@@ -132,7 +135,9 @@ def lightning_updates_per_s(learner, experience: list[TensorDict], precision: st
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
                         num_sanity_val_steps=0, precision=precision)
-    trainer.fit(learner, datamodule=PreparedExperience(experience, learner.n_step, learner.gamma))
+    prepared = PreparedExperience(experience, learner.n_step, learner.gamma)
+    learner.learn_from(prepared)
+    trainer.fit(learner, datamodule=prepared)
     return clock.updates_per_s()
 
 

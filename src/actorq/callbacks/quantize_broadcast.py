@@ -2,10 +2,12 @@
 
 Every ``every_n_steps`` learner steps the callback encodes the learner's behaviour network at
 the actors' precision (``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see
-weights on the same schedule), loads it into the main process's copy of the actors' policy
-(``trainer.datamodule.actor_policy``) and pushes that to every worker
-(``trainer.datamodule.actors.push``). Static int8 calibrates on observations drawn uniformly
-from the replay, without touching the learner's sampling state.
+weights on the same schedule) and hands the payload to the experience pipeline
+(``trainer.datamodule.push``), which loads it into the main process's copy of the actors'
+policy, sets its exploration scale where the run stands and pushes it to every worker.
+Static int8 calibrates on observations drawn uniformly from the replay
+(``trainer.datamodule.calibration_observations``), without touching the learner's sampling
+state.
 
 Example:
     >>> broadcast = QuantizeBroadcast(every_n_steps=100, warmup_steps=50)
@@ -83,19 +85,17 @@ class QuantizeBroadcast(Callback):
         started = time.perf_counter()
         network = on_cpu(learner.behaviour_network)
         check_finite_weights(network, "the policy", learner.learner_steps)
-        quant, policy = experience.quant, experience.actor_policy
-        observations = experience.replay.observations(quant.calibration_samples)
+        quant = experience.quant
+        observations = experience.calibration_observations(quant.calibration_samples)
         payload = quantize(network, quant, observations)
-        policy.network.load_payload(payload)
-        policy.noise_scale.fill_(learner.noise_scale)
-        experience.actors.push(policy)
+        actor_network = experience.push(payload)
         self.last_step = learner.learner_steps
         self.broadcasts += 1
         metrics = {
             "quant/broadcast_ms": 1000 * (time.perf_counter() - started),
             "quant/broadcast_bytes": float(payload_nbytes(payload)),
             "quant/broadcasts": float(self.broadcasts),
-            **fidelity_metrics(network, policy.network, observations, learner.spec.discrete),
+            **fidelity_metrics(network, actor_network, observations, learner.spec.discrete),
         }
         if learner.logger is not None:  # once per push, at the push's frame count
             learner.logger.log_metrics(metrics, step=learner.frames)

@@ -1,0 +1,85 @@
+"""The learner's data path without a Trainer: the experience pipeline is built from what
+train() hands it (the frame clock, n-step settings, planned updates), and the learner learns
+from the experience it is handed."""
+
+import dataclasses
+from functools import partial
+
+import pytest
+import torch
+
+from actorq.algos.base import Exploration
+from actorq.algos.dqn import DQN
+from actorq.experience import Experience
+from actorq.quant import QuantSpec
+from actorq.replay import make_replay
+from actorq.replay.prioritized import PrioritizedReplay
+from tests.helpers import DISCRETE
+
+
+class NoTrainer:
+    """Stands in for the Trainer an experience pipeline is attached to: a rank and nothing
+    more (no ``lightning_module``)."""
+
+    global_rank, world_size = 0, 1
+
+
+class RecordingPool:
+    """Stands in for the actor pool: records how it was started and what it was pushed."""
+
+    def __init__(self, **kwargs):
+        self.started = kwargs
+        self.pushed_noise = []
+        self.dropped_frames, self.restarts = 3, 1
+
+    def push(self, policy):
+        self.pushed_noise.append(float(policy.noise_scale))
+
+
+def experience_of(learner: DQN, planned_updates: int = 123) -> Experience:
+    policy = torch.nn.Module()
+    policy.register_buffer("noise_scale", torch.tensor(1.0))
+    policy.network = torch.nn.Module()
+    policy.network.load_payload = lambda payload: None
+    policy.network.payload = dict
+    policy.network.quant = QuantSpec(bits=8)
+    experience = Experience(
+        "CartPole-v1", make_actors=partial(RecordingPool, total_frames=1000),
+        make_replay=partial(make_replay, capacity=1000, prioritized=True), actor_policy=policy,
+        clock=learner.clock, n_step=learner.n_step, gamma=learner.gamma, planned_updates=planned_updates, seed=7,
+    )
+    experience.trainer = NoTrainer()
+    return experience
+
+
+def test_the_experience_starts_from_the_clock_it_was_handed_and_reads_no_learner():
+    learner = DQN(DISCRETE, Exploration(1.0, 0.5, anneal_frames=1000), hidden=(8,), n_step=3, gamma=0.9)
+    experience = experience_of(learner)
+    experience.setup("fit")
+    assert experience.writer.n_step == 3 and experience.writer.gamma == 0.9
+    assert isinstance(experience.replay, PrioritizedReplay)
+    assert experience.replay.priorities.beta_annealing_steps == 123
+    learner.frames = 500  # a resumed run: the learner's restored frame count
+    pool = experience.train_dataloader()
+    assert pool.started["frames_done"] == 500 and pool.started["seed"] == 7 + 500
+    assert float(experience.actor_policy.noise_scale) == learner.noise_scale == 0.75
+    learner.frames = 1000  # one place sets the actors' exploration scale: every push refreshes it
+    experience.push({})
+    assert pool.pushed_noise == [0.5]
+    assert experience.actor_counters() == {"dropped_frames": 3, "restarts": 1}
+
+
+def test_the_actors_precision_is_their_policys():
+    experience = experience_of(DQN(DISCRETE, Exploration(0.1), hidden=(8,)))
+    assert experience.quant is experience.actor_policy.network.quant
+    assert experience.state_dict()["quant"] == dataclasses.asdict(QuantSpec(bits=8))
+
+
+def test_the_learner_learns_from_the_experience_it_is_handed():
+    learner = DQN(DISCRETE, Exploration(0.1), hidden=(8,), batch_size=4, learning_starts=0)
+    with pytest.raises(RuntimeError, match=r"call learner.learn_from\(experience\) before trainer.fit"):
+        learner.on_fit_start()
+    experience = experience_of(learner)
+    learner.learn_from(experience)
+    assert learner.experience is experience
+    learner.on_fit_start()  # ready to fit
