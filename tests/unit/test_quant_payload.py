@@ -327,6 +327,7 @@ def test_actor_policy_is_the_learners_policy_at_the_actors_precision():
 
 
 def test_actor_policy_of_sac_samples_from_its_quantized_actor():
+    torch.manual_seed(0)
     learner = SAC(CONTINUOUS, actor_hidden=HIDDEN)
     policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(64, CONTINUOUS.obs_dim))
     assert policy.stochastic
