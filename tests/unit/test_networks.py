@@ -51,3 +51,33 @@ def test_gaussian_noise_is_clipped_to_bounds():
 def test_unbatched_observation():
     policy = ExplorationPolicy(QNetwork(DISCRETE, (8,)), DISCRETE, 0.1)
     assert policy(torch.zeros(4)).shape == ()
+
+
+def test_gaussian_sigma_is_the_noise_scale_times_the_half_range():
+    actor = DeterministicActor(CONTINUOUS, (8,))
+    with torch.no_grad():  # the actor then outputs the centre of the bounds, (0, 2)
+        actor.trunk[-1].weight.zero_()
+        actor.trunk[-1].bias.zero_()
+    torch.manual_seed(0)
+    actions = ExplorationPolicy(actor, CONTINUOUS, 0.1)(torch.randn(20000, 5))
+    half_range = (torch.tensor(CONTINUOUS.action_high) - torch.tensor(CONTINUOUS.action_low)) / 2
+    assert actions.mean(0).tolist() == pytest.approx([0.0, 2.0], abs=0.01)
+    assert actions.std(0).tolist() == pytest.approx((0.1 * half_range).tolist(), rel=0.03)
+
+
+def test_greedy_actions_keep_every_leading_dimension():
+    net = QNetwork(DISCRETE, (8,))
+    policy = ExplorationPolicy(net, DISCRETE, 0.0)
+    observations = torch.randn(2, 5, 4)  # e.g. [workers, envs, obs_dim]
+    with torch.no_grad():
+        q_values = net(observations.reshape(10, 4))
+    expected = torch.tensor([max(range(3), key=row.__getitem__) for row in q_values.tolist()])
+    assert torch.equal(policy(observations), expected.reshape(2, 5))
+    assert policy(observations[0, :1]).shape == (1,)  # a batch of one stays a batch
+
+
+def test_policy_state_holds_the_weights_the_scale_and_the_bounds_only():
+    actor = DeterministicActor(CONTINUOUS, (8,))
+    state = ExplorationPolicy(actor, CONTINUOUS, 0.1).state_dict()
+    network_keys = {f"network.{key}" for key in actor.state_dict()}
+    assert set(state) == network_keys | {"noise_scale", "low", "high"}  # half_range is derived

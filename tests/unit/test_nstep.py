@@ -57,3 +57,52 @@ def test_batched_envs_are_flattened_in_order():
 def test_rejects_n_below_one():
     with pytest.raises(ValueError, match="n-step"):
         nstep_transitions(trajectory([1.0]), 0, 0.9)
+
+
+def brute_force_nstep(reward, terminated, done, n, gamma):
+    """One trajectory's n-step (reward, discount, index of the last step), step by step."""
+    steps = len(reward)
+    out = []
+    for start in range(steps):
+        total, last = 0.0, start
+        for k in range(n):
+            last = start + k
+            total += gamma**k * reward[last]
+            if done[last] or last == steps - 1:
+                break
+        count = last - start + 1
+        out.append((total, 0.0 if terminated[last] else gamma**count, last))
+    return out
+
+
+def test_every_field_of_a_multi_env_batch_matches_a_step_by_step_reference():
+    generator = torch.Generator().manual_seed(0)
+    envs, steps, obs_dim, action_dim, n, gamma = (2, 3), 5, 2, 3, 3, 0.9
+    reward = torch.randn(*envs, steps, 1, generator=generator)
+    done = torch.rand(*envs, steps, 1, generator=generator) < 0.3
+    terminated = done & (torch.rand(*envs, steps, 1, generator=generator) < 0.5)
+    observation = torch.randn(*envs, steps, obs_dim, generator=generator)
+    next_observation = torch.randn(*envs, steps, obs_dim, generator=generator)
+    action = torch.randn(*envs, steps, action_dim, generator=generator)
+    batch = TensorDict(
+        {"observation": observation, "action": action,
+         "next": {"observation": next_observation, "reward": reward, "terminated": terminated, "done": done}},
+        batch_size=[*envs, steps],
+    )
+    out = nstep_transitions(batch, n, gamma)
+
+    trajectories = envs[0] * envs[1]
+    rows = [(e, t) for e in range(trajectories) for t in range(steps)]
+    flat = {name: value.reshape(trajectories, steps, -1) for name, value in
+            [("observation", observation), ("action", action), ("next_observation", next_observation)]}
+    expected = [brute_force_nstep(r.tolist(), te.tolist(), d.tolist(), n, gamma) for r, te, d in
+                zip(reward.reshape(trajectories, steps), terminated.reshape(trajectories, steps),
+                    done.reshape(trajectories, steps), strict=True)]
+    assert out.batch_size == torch.Size([len(rows)])
+    assert out["reward"].tolist() == pytest.approx([expected[e][t][0] for e, t in rows], abs=1e-5)
+    assert out["discount"].tolist() == pytest.approx([expected[e][t][1] for e, t in rows], abs=1e-6)
+    assert torch.equal(out["observation"], torch.stack([flat["observation"][e, t] for e, t in rows]))
+    assert torch.equal(out["action"], torch.stack([flat["action"][e, t] for e, t in rows]))
+    assert torch.equal(out["next_observation"],
+                       torch.stack([flat["next_observation"][e, expected[e][t][2]] for e, t in rows]))
+    assert terminated.any() and (done & ~terminated).any()  # the batch holds both episode ends

@@ -13,7 +13,10 @@ from torch import nn
 
 from actorq.envs import EnvSpec
 from actorq.errors import ConfigError
-from actorq.actors.policy import ExplorationPolicy
+from actorq.actors.policy import ExplorationPolicy, actor_policy
+from actorq.algos.base import Exploration
+from actorq.algos.dqn import DQN
+from actorq.algos.sac import SAC
 from actorq.networks import DeterministicActor, GaussianActor, QNetwork, mlp
 from actorq.quant import (
     QuantizedNetwork,
@@ -306,3 +309,27 @@ def test_stochastic_sac_actor_samples_through_its_quantized_trunk(spec, observat
     assert actions.abs().max() <= 1.0 and actions.std() > 0
     assert policy(observations[0]).shape == (CONTINUOUS.action_dim,)
     torch.testing.assert_close(template.features(observations[0]), template.features(observations[:1])[0])
+
+
+def test_actor_policy_is_the_learners_policy_at_the_actors_precision():
+    torch.manual_seed(0)
+    learner = DQN(DISCRETE, Exploration(0.25), hidden=HIDDEN)
+    calibration = torch.randn(256, DISCRETE.obs_dim)
+    static = QuantSpec(bits=8, mode="static")  # needs the calibration observations
+    policy = actor_policy(learner, static, calibration)
+    assert isinstance(policy.network, QuantizedNetwork) and policy.network.quant == static
+    assert float(policy.noise_scale) == 0.25 and not policy.stochastic
+    assert policy.discrete and policy.num_actions == DISCRETE.num_actions
+    policy.noise_scale.fill_(0.0)
+    with torch.no_grad():
+        greedy = learner.q_network(calibration).argmax(-1)
+    assert (policy(calibration) == greedy).float().mean() > 0.9
+
+
+def test_actor_policy_of_sac_samples_from_its_quantized_actor():
+    torch.manual_seed(0)
+    learner = SAC(CONTINUOUS, actor_hidden=HIDDEN)
+    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(64, CONTINUOUS.obs_dim))
+    assert policy.stochastic
+    actions = policy(torch.zeros(500, CONTINUOUS.obs_dim))
+    assert actions.abs().max() <= 1.0 and actions.std(0).min() > 0.1  # one observation, many actions

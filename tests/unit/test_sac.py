@@ -86,7 +86,7 @@ def test_log_std_is_clamped():
 
 
 def test_stochastic_policy_needs_a_sampling_network():
-    with pytest.raises(ValueError, match="sample"):
+    with pytest.raises(ValueError, match="sample.*DeterministicActor"):
         ExplorationPolicy(DeterministicActor(CONTINUOUS, (8,)), CONTINUOUS, 0.1, stochastic=True)
 
 
