@@ -5,6 +5,7 @@ from tensordict import TensorDict
 
 from actorq.replay.base import TRANSITION_KEYS
 from actorq.replay.prioritized import PrioritizedReplay
+from actorq.replay.priorities import Priorities
 
 # Upper 0.1% point of the chi-square distribution with 7 degrees of freedom.
 CHI2_7_DOF_999 = 24.322
@@ -175,3 +176,106 @@ def test_state_dict_restores_beta_progress_max_priority_and_the_generator():
     assert restored.beta == buffer.beta
     assert restored.priorities.max_priority == buffer.priorities.max_priority
     assert restored.sample(4).indices.tolist() == buffer.sample(4).indices.tolist()
+
+
+# --- guards found by mutation testing (docs/mutation.md) ------------------------------
+
+
+def draws(buffer: PrioritizedReplay) -> list[list[int]]:
+    """Ten batches of three from eight equal slots: where in its stratum each draw falls
+    depends on the generator (with as many draws as slots it would not)."""
+    buffer.extend(transitions(range(8)))
+    return [buffer.sample(3).indices.tolist() for _ in range(10)]
+
+
+def test_defaults_are_the_papers():
+    """Schaul et al.'s proportional variant: alpha 0.6, beta 0.4; a 16-ary tree, eps 1e-6."""
+    for priorities in (Priorities(capacity=4), PrioritizedReplay(capacity=4).priorities):
+        assert (priorities.alpha, priorities.initial_beta) == (0.6, 0.4)
+        assert priorities.beta_annealing_steps == 100_000
+        assert (priorities.tree.fanout, priorities.eps) == (16, 1e-6)
+        assert priorities.rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    assert draws(PrioritizedReplay(capacity=8)) == draws(PrioritizedReplay(capacity=8, seed=0))
+
+
+def test_the_seed_fixes_the_draws():
+    def seeded(seed: int) -> PrioritizedReplay:
+        return PrioritizedReplay(capacity=8, seed=seed)
+
+    assert draws(seeded(7)) == draws(seeded(7))
+    assert draws(seeded(7)) != draws(seeded(8))
+
+
+def test_the_fanout_reaches_the_sum_tree():
+    assert PrioritizedReplay(capacity=10, fanout=4).priorities.tree.fanout == 4
+
+
+def test_argument_bounds_of_the_priorities():
+    with pytest.raises(ValueError, match="replay capacity must be positive, got 0"):
+        Priorities(capacity=0)
+    assert Priorities(capacity=1).tree.capacity == 1
+    for beta in (0.0, 1.0):
+        assert Priorities(capacity=1, beta=beta, beta_annealing_steps=10).beta == beta
+
+
+def test_eps_is_added_to_every_priority_and_to_the_largest_seen():
+    alpha, eps = 0.5, 0.5
+    buffer = PrioritizedReplay(capacity=4, alpha=alpha, eps=eps)
+    buffer.extend(transitions(range(2)))
+    buffer.update_priorities(torch.tensor([0, 1]), torch.tensor([2.0, 0.0]))
+    buffer.extend(transitions([2]))  # a new slot gets the largest priority seen, eps included
+    expected = np.array([2.5, 0.5, 2.5]) ** alpha
+    np.testing.assert_allclose(buffer.priorities.tree.values(np.arange(3)), expected, rtol=1e-6)
+
+
+def test_half_precision_priorities_are_raised_to_alpha_in_full_precision():
+    """A TD error from a learner under 16-bit precision gives the leaves a float32 one gives."""
+    alpha, eps = 0.6, 1e-6
+    half = torch.tensor([0.0, 0.001, 3.0, 1000.0], dtype=torch.float16)
+    buffer = PrioritizedReplay(capacity=4, alpha=alpha, eps=eps)
+    buffer.extend(transitions(range(4)))
+    buffer.update_priorities(torch.arange(4), half)
+    expected = (half.double().numpy() + eps) ** alpha
+    np.testing.assert_allclose(buffer.priorities.tree.values(np.arange(4)), expected, rtol=1e-6)
+
+
+def test_indices_and_priorities_may_be_numpy_arrays():
+    buffer = PrioritizedReplay(capacity=4, alpha=1.0, eps=0.0)
+    buffer.extend(transitions(range(4)))
+    buffer.update_priorities(np.array([1, 3]), np.array([0.0, 4.0]))
+    np.testing.assert_allclose(buffer.priorities.tree.values(np.array([1, 3])), [0.0, 4.0])
+
+
+def test_slots_not_available_get_priority_zero():
+    """The shared replay adds slots a writer has not finished as unavailable."""
+    alpha = 0.5
+    priorities = Priorities(capacity=4, alpha=alpha, eps=0.0)
+    priorities.update(np.array([0]), np.array([9.0]))  # the largest priority seen is now 9
+    priorities.add(np.array([1, 2, 3]), available=np.array([True, False, True]))
+    np.testing.assert_allclose(priorities.tree.values(np.arange(4)), [3.0, 3.0, 0.0, 3.0])
+
+
+def test_drawing_with_no_positive_priority_raises():
+    priorities = Priorities(capacity=3, eps=0.0)
+    priorities.add(np.arange(3))
+    priorities.update(np.arange(3), np.zeros(3))
+    with pytest.raises(RuntimeError, match="cannot sample: no slot has a positive priority"):
+        priorities.draw(2)
+
+
+def test_a_total_priority_below_one_is_drawn_from():
+    priorities = Priorities(capacity=4, alpha=1.0, eps=0.0)
+    priorities.add(np.arange(4))
+    priorities.update(np.arange(4), np.array([0.0, 0.25, 0.0, 0.0]))
+    slots, probabilities = priorities.draw(3)
+    assert slots.tolist() == [1, 1, 1] and probabilities.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_each_stratum_draws_its_own_uniform():
+    """Two strata over four equal slots: stratum 0 holds slots 0-1, stratum 1 slots 2-3. With
+    one uniform per stratum every pair turns up; one uniform shared by both gives only
+    (0, 2) and (1, 3)."""
+    priorities = Priorities(capacity=4, alpha=1.0, eps=0.0, seed=0)
+    priorities.add(np.arange(4))
+    pairs = {tuple(priorities.draw(2)[0].tolist()) for _ in range(100)}
+    assert pairs == {(0, 2), (0, 3), (1, 2), (1, 3)}
