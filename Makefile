@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export NO_MKDOCS_2_WARNING := 1
 # torch is installed first and on its own: 2.13.0 has a small CPU-only build, and once it is
-# present the `torch>=2.13,<2.15` range in pyproject.toml keeps it instead of a CUDA build.
+# present the `torch>=2.13,<2.16` range in pyproject.toml keeps it instead of a CUDA build.
 TORCH := torch==2.13.0
 
 .PHONY: run test check install install-dev gl-libs docs bench clean mutants
