@@ -112,6 +112,20 @@ def scalars(tb_dir: Path, keep: Callable[[str], bool] = lambda name: True) -> di
     return out
 
 
+def is_service(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker or fork server: each lives as long as the process that
+    started it (the test session, a run's main process), not as long as one pool of workers. The
+    workers the fork server forks share its command line; their parent is the server."""
+    try:
+        command = " ".join(process.cmdline())
+        if "multiprocessing.resource_tracker" in command:
+            return True
+        return "multiprocessing.forkserver" in command and "multiprocessing.forkserver" not in " ".join(
+            process.parent().cmdline())
+    except (psutil.Error, AttributeError):  # ended, or no parent left
+        return False
+
+
 def still_running(processes: Iterable[psutil.Process], grace_s: float = 10.0) -> list[int]:
     """The pids of ``processes`` still running ``grace_s`` seconds after the call at the latest
     (a zombie has ended). The grace: multiprocessing's resource tracker exits only after the

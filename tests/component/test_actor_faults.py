@@ -17,6 +17,7 @@ import torch
 from actorq.actors.pool import ActorPool, ActorWorkerError
 from actorq.envs import register_suite, suites, unregister_suite
 from tests.component.fault_envs import ConstantAction, FaultSuite
+from tests.helpers import is_service
 
 # A failure is noticed well under a second on a quiet machine (measured 0.1-2 s); 4.1 s was
 # seen on a 2-core machine at load 4. The bound still fails a pool that only notices at the
@@ -43,8 +44,7 @@ def no_stray_workers():
     before = {child.pid for child in me.children(recursive=True)}
     yield
     time.sleep(0.2)
-    left = [child for child in me.children(recursive=True) if child.pid not in before
-            and "resource_tracker" not in " ".join(child.cmdline())]
+    left = [child for child in me.children(recursive=True) if child.pid not in before and not is_service(child)]
     for child in left:
         child.kill()
     psutil.wait_procs(left, timeout=5)

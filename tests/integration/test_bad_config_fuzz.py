@@ -22,6 +22,7 @@ from actorq.checks import composition_error
 from actorq.errors import ConfigError
 from actorq.train import train
 from tests.conftest import TINY
+from tests.helpers import is_service
 
 POSITIVE_INT_KEYS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
                      "replay.capacity", "algo.batch_size", "algo.n_step", "eval.every_frames", "eval.episodes")
@@ -92,10 +93,9 @@ SUBPROCESS_CASES = random.Random(0).sample(CASES, 8)
 
 
 def stray_processes() -> list[psutil.Process]:
-    """Children of this process but multiprocessing's resource tracker (which lives as long as
-    the process that first started one, here the test session)."""
-    return [child for child in psutil.Process().children(recursive=True)
-            if "multiprocessing.resource_tracker" not in " ".join(child.cmdline())]
+    """Children of this process but multiprocessing's resource tracker and fork server (which
+    live as long as the test session)."""
+    return [child for child in psutil.Process().children(recursive=True) if not is_service(child)]
 
 
 def test_the_fuzz_covers_many_bad_inputs():

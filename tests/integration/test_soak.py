@@ -25,7 +25,7 @@ import numpy as np
 import psutil
 import pytest
 
-from tests.helpers import scalars, still_running
+from tests.helpers import is_service, scalars, still_running
 
 TOTAL = 120_000
 BATCH = 100
@@ -62,11 +62,8 @@ def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
 
 
 def is_actor(process: psutil.Process) -> bool:
-    """An actor worker of the run (multiprocessing's resource tracker is not one)."""
-    try:
-        return "resource_tracker" not in " ".join(process.cmdline())
-    except psutil.Error:
-        return False
+    """An actor worker of the run (multiprocessing's resource tracker and fork server are not)."""
+    return process.is_running() and not is_service(process)
 
 
 @pytest.fixture(scope="module")

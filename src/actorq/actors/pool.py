@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue
 import signal
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,6 +42,7 @@ from torchrl.collectors import Collector
 from actorq import torchrl_adapter as adapter
 from actorq.actors.base import ActorPoolBase
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
+from actorq.actors.processes import forked_workers, in_environment
 from actorq.actors.rollout import LeanCollector
 
 if TYPE_CHECKING:
@@ -372,18 +375,20 @@ class ActorPool(ActorPoolBase):
 
     def _start(self, total_frames: int) -> _Collector:
         context = multiprocessing.get_context("spawn")
-        collector = _Collector(
-            [self.env_fn] * self.num_workers,
-            self.policy,
-            frames_per_batch=self.frames_per_batch,
-            total_frames=total_frames,
-            init_random_frames=max(0, self.init_random_frames - self.frames),
-            split_trajs=False,
-            replay_buffer=self.writer,
-            produced=torch.zeros(self.num_workers, dtype=torch.int64).share_memory_(),
-            errors=context.Queue(),
-            lean_rollout=self.lean_rollout,
-        )
+        env_fn = partial(in_environment, dict(os.environ), self.env_fn)
+        with forked_workers():
+            collector = _Collector(
+                [env_fn] * self.num_workers,
+                self.policy,
+                frames_per_batch=self.frames_per_batch,
+                total_frames=total_frames,
+                init_random_frames=max(0, self.init_random_frames - self.frames),
+                split_trajs=False,
+                replay_buffer=self.writer,
+                produced=torch.zeros(self.num_workers, dtype=torch.int64).share_memory_(),
+                errors=context.Queue(),
+                lean_rollout=self.lean_rollout,
+            )
         collector.set_seed(self.restart_seed)
         self.collector = collector
         if self._weights is not None:

@@ -1,0 +1,58 @@
+"""How the local actor pool starts its worker processes: forked from a fork server that has
+imported torch, TorchRL and actorq once, rather than spawned as fresh interpreters that each
+import them again (about 4 s per worker on a 2-core machine, paid by every run of a sweep,
+every worker restart and every run a notebook or a test session starts).
+
+TorchRL starts its workers with the process-wide start method, which it sets to ``spawn``
+when it is imported; :func:`forked_workers` makes it ``forkserver`` while the pool starts its
+workers and puts back what was there after, so the program's own processes start as before.
+The fork server lives as long as the process that started it; the workers' parent is the
+fork server, not the main process.
+
+A forked worker has the environment variables the fork server started with;
+:func:`in_environment` gives it the main process's, as a spawned worker would have.
+
+Example:
+    >>> import os
+    >>> in_environment({**os.environ, "ACTORQ_EXAMPLE": "1"}, lambda: os.environ["ACTORQ_EXAMPLE"])
+    '1'
+    >>> os.environ.pop("ACTORQ_EXAMPLE")
+    '1'
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TypeVar
+
+PRELOAD = ("torch", "tensordict", "torchrl", "actorq.actors.pool")
+"""What the fork server imports once, for every worker it forks."""
+
+T = TypeVar("T")
+
+
+@contextmanager
+def forked_workers() -> Iterator[None]:
+    """Inside this block, processes start from the fork server (which imports :data:`PRELOAD`
+    once) where the platform has one; the process-wide start method is restored after."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        yield
+        return
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_forkserver_preload(list(PRELOAD))  # read when the server starts, once
+    multiprocessing.set_start_method("forkserver", force=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
+
+
+def in_environment(environ: Mapping[str, str], make: Callable[[], T]) -> T:
+    """``make()`` after setting this process's environment variables to ``environ``."""
+    for key in set(os.environ) - set(environ):
+        del os.environ[key]
+    os.environ.update(environ)
+    return make()
