@@ -13,21 +13,26 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from actorq.checks import composition_error
+from actorq.checks import check_run_config, composition_error
+from actorq.console import lightning_logs_through_root
 from actorq.errors import ConfigError, NonFiniteError
 from actorq.launch import logs_in_run_dir, sweep_error
 
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    try:
+        check_run_config(cfg)  # before importing Lightning and TorchRL: a bad value is refused in seconds
+    except ConfigError as error:
+        refuse(error)
     from actorq.actors.pool import ActorWorkerError
     from actorq.train import Interrupted, describe_outputs, describe_result, train
 
+    lightning_logs_through_root()
     try:
         summary, _ = train(cfg)
-    except ConfigError as error:
-        print(f"actorq: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    except ConfigError as error:  # what only train() can check (a checkpoint to resume, the env's actions)
+        refuse(error)
     except (NonFiniteError, ActorWorkerError) as error:
         print(f"actorq: error: {error} (summary.json: status failed, in {cfg.run_dir})", file=sys.stderr)
         sys.exit(1)
@@ -42,13 +47,17 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_return"]
 
 
+def refuse(error: object) -> None:
+    print(f"actorq: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
 def cli() -> None:
     """``python -m actorq`` and the ``actorq`` command: the overrides must compose (every job
     of a sweep, each checked too), then Hydra runs."""
     error = composition_error(sys.argv[1:]) or sweep_error(sys.argv[1:])
     if error is not None:
-        print(f"actorq: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        refuse(error)
     sys.argv[1:] = logs_in_run_dir(sys.argv[1:])
     main()
 

@@ -6,9 +6,8 @@ its postfix::
 
     Training:  40%|████      | 8000/20000 frames [00:21<00:32, frames/s=372, return=-812.4 (int8 -815.0)]
 
-``train()`` adds it to the Trainer's callbacks when ``trainer.enable_progress_bar`` is true.
-``ConsoleHandler`` is the console handler of a run's logging (``conf/hydra/job_logging``):
-a log line (an evaluation, a warning) is written above the bar instead of into it.
+``train()`` adds it to the Trainer's callbacks when ``trainer.enable_progress_bar`` is true;
+:class:`actorq.console.ConsoleHandler` writes log lines above it.
 
 Example:
     >>> bar = FrameProgressBar()
@@ -18,12 +17,10 @@ Example:
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-import lightning as L  # imported by the console handler's module on purpose: see conf/hydra/job_logging
+import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
-from tqdm import tqdm
 from typing_extensions import override
 
 from actorq.callbacks.evaluation import Evaluation
@@ -102,31 +99,3 @@ class FrameProgressBar(TQDMProgressBar):
 def _short_precision(trainer: L.Trainer) -> str:
     quant = getattr(trainer.datamodule, "quant", None)
     return quant.describe().split()[0] if quant is not None else "actors"
-
-
-class ConsoleHandler(logging.StreamHandler):
-    """A ``logging.StreamHandler`` that writes through ``tqdm.write``: an open progress bar
-    is cleared, the line written, the bar drawn again below it. Lightning's advertising
-    ("💡 Tip: ...") is left out.
-
-    Example:
-        >>> record = logging.LogRecord("lightning", logging.INFO, "", 0, "💡 Tip: try X", None, None)
-        >>> ConsoleHandler().filter(record)
-        False
-    """
-
-    ADVERT = "💡 Tip"
-
-    def __init__(self, stream=None):
-        super().__init__(stream)
-        self.addFilter(lambda record: not str(record.msg).startswith(self.ADVERT))
-
-    @override
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            tqdm.write(self.format(record), file=self.stream)
-            self.flush()
-        except RecursionError:
-            raise
-        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
-            self.handleError(record)
