@@ -1,7 +1,7 @@
 """A tiny env suite for actor-fault tests: every step says which worker took it, and a chosen
 worker can be made to raise at a chosen step (RLlib's fault-injection idea).
 
-Actor workers are separate (spawned) processes with their own suite registry, so this module
+Actor workers are separate processes with their own suite registry, so this module
 registers its suite at import time, and :class:`ConstantAction` lives here too: unpickling the
 policy in a worker imports this module, which registers the suite there before the worker
 builds its env.
@@ -16,10 +16,13 @@ Env names (``library="faults"``):
   step ``S`` (again after every restart).
 - ``"stall-w{W}-s{S}"``: the same, but the env on worker ``W`` sleeps :data:`STALL_S` at its
   step ``S``.
+- ``"where"``: observation ``[mark, parent]``: the value of the environment variable
+  :data:`MARK` in the worker (-1 unset) and the pid of the worker's parent process.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -35,6 +38,7 @@ from actorq.envs import EnvSuite, register_suite, suites
 
 EPISODE = 50
 STALL_S = 4.0
+MARK = "ACTORQ_TEST_MARK"
 
 
 class Counting(gymnasium.Env):
@@ -67,6 +71,11 @@ class Counting(gymnasium.Env):
         return np.array([-1.0 if worker is None else float(worker), float(self.t)])
 
 
+class Where(Counting):
+    def _observation(self):
+        return np.array([float(os.environ.get(MARK, "-1")), float(os.getppid())])
+
+
 class FaultSuite(EnvSuite):
     name = "faults"
 
@@ -74,14 +83,14 @@ class FaultSuite(EnvSuite):
         return ["count", "fail-w0-s0"]
 
     def knows(self, env_name):
-        return env_name == "count" or re.fullmatch(r"(fail|stall)-w\d+-s\d+", env_name) is not None
+        return env_name in ("count", "where") or re.fullmatch(r"(fail|stall)-w\d+-s\d+", env_name) is not None
 
     def make(self, env_name, seed):
         match = re.fullmatch(r"(fail|stall)-w(\d+)-s(\d+)", env_name)
         if match:
             raw = Counting(int(match.group(2)), int(match.group(3)), stall=match.group(1) == "stall")
         else:
-            raw = Counting()
+            raw = Where() if env_name == "where" else Counting()
         env = TransformedEnv(GymWrapper(raw), Compose(DoubleToFloat(), RewardSum()))
         if seed is not None:
             env.set_seed(seed)

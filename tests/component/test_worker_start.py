@@ -1,0 +1,29 @@
+"""How the local pool starts its workers: forked by one fork server per process, each with
+the main process's environment variables of the moment its pool starts."""
+
+import multiprocessing
+import os
+
+import psutil
+
+from actorq.actors.pool import ActorPool
+from tests.component.fault_envs import MARK, ConstantAction
+
+
+def test_workers_fork_from_one_server_with_the_environment_of_their_start(monkeypatch):
+    start_method = multiprocessing.get_start_method(allow_none=True)
+    seen = []
+    for mark in (1, 2):  # the server may start with the first pool: the second pool's worker is
+        monkeypatch.setenv(MARK, str(mark))  # forked after the variable changed
+        pool = ActorPool("where", ConstantAction(), num_workers=1, frames_per_batch=10, total_frames=10,
+                         library="faults")
+        try:
+            seen += [batch["observation"][0].tolist() for batch in pool]
+        finally:
+            pool.shutdown()
+    assert [mark for mark, _ in seen] == [1.0, 2.0]
+    parents = {int(parent) for _, parent in seen}
+    assert len(parents) == 1 and os.getpid() not in parents  # one server forked both workers
+    server = psutil.Process(parents.pop())
+    assert server.ppid() == os.getpid() and "multiprocessing.forkserver" in " ".join(server.cmdline())
+    assert multiprocessing.get_start_method(allow_none=True) == start_method  # the program's own, put back
