@@ -45,7 +45,7 @@ def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str
                     lean: bool = True, env_modules: tuple[str, ...] = ()) -> EnvBase:
     """One worker's environments, stepped with one policy call per step for all of them.
 
-    It runs in the worker's process (a spawned actor process or a Ray actor), which first
+    It runs in the worker's process (a local actor process or a Ray actor), which first
     imports ``env_modules`` (``env.module``): a suite of one's own registers itself there.
     With ``lean`` (``actors.lean_envs``) and a suite that has raw envs (dm_control,
     gymnasium), a :class:`~actorq.envs.batched.LeanBatchedEnv`: unbatched for one env,

@@ -183,7 +183,7 @@ class QuantizedNetwork(nn.Module):
         object.__setattr__(self, "_built_version", _NOT_BUILT)
 
     def __getstate__(self) -> dict:
-        # Spawned workers and deep copies rebuild the trunk; packed int8 weights do not pickle.
+        # Workers and deep copies rebuild the trunk; packed int8 weights do not pickle.
         state = self.__dict__.copy()
         state["_trunk"], state["_run_trunk"], state["_built_version"] = None, None, _NOT_BUILT
         return state
