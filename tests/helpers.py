@@ -1,6 +1,6 @@
 """Test helpers: learners attached to a real Lightning Trainer without fitting, the random
 transitions their updates are tested on, a run's TensorBoard scalars, the processes a test
-left running and the worked examples of the docs."""
+left running, the worked examples of the docs and a made-up precision format."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tensordict import TensorDict
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from actorq.envs import EnvSpec
+from actorq.quant.codecs import Codec, float_payload, float_payload_spec, plain_trunk
 from actorq.replay.base import Sample
 
 CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
@@ -124,6 +125,24 @@ def is_service(process: psutil.Process) -> bool:
             process.parent().cmdline())
     except (psutil.Error, AttributeError):  # ended, or no parent left
         return False
+
+
+class Twelve(Codec):
+    """A made-up implicit precision format for a bits value nobody serves (fp32 under the hood);
+    the codec tests register it, or variants of it, and remove it again."""
+
+    name = "twelve"
+    bits = (12,)
+    bits_help = "12 (twelve)"
+
+    def payload_spec(self, layout, spec):
+        return float_payload_spec(layout, torch.float32)
+
+    def encode(self, trunk, layout, spec, calibration):
+        return float_payload(trunk, layout, torch.float32)
+
+    def decode(self, layout, spec, payload):
+        return plain_trunk(layout, payload)
 
 
 def still_running(processes: Iterable[psutil.Process], grace_s: float = 10.0) -> list[int]:

@@ -8,8 +8,9 @@ import torch
 from actorq.errors import ConfigError
 from actorq.networks import mlp
 from actorq.quant import QuantSpec, TrunkLayout, _ao, codec_for
-from actorq.quant.codecs import Codec, bits_help, float_payload, float_payload_spec, plain_trunk, register, registered
+from actorq.quant.codecs import bits_help, register, registered
 from actorq.quant.codecs import unregister
+from tests.helpers import Twelve
 
 
 @pytest.mark.parametrize(
@@ -69,23 +70,6 @@ def test_with_bits_keeps_the_mode_where_the_codec_serving_the_bits_runs_it():
     static, dynamic = QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic")
     assert dynamic.with_bits(8).codec.name == "int8_dynamic" and static.with_bits(16).mode == "static"
     assert static.with_bits(4).codec.name == "simulated"  # 4 bits run dynamic only
-
-
-class Twelve(Codec):
-    """A made-up implicit format for a bits value nobody serves (fp32 under the hood)."""
-
-    name = "twelve"
-    bits = (12,)
-    bits_help = "12 (twelve)"
-
-    def payload_spec(self, layout, spec):
-        return float_payload_spec(layout, torch.float32)
-
-    def encode(self, trunk, layout, spec, calibration):
-        return float_payload(trunk, layout, torch.float32)
-
-    def decode(self, layout, spec, payload):
-        return plain_trunk(layout, payload)
 
 
 def test_a_registered_format_widens_quant_bits_until_unregistered():

@@ -11,19 +11,16 @@ from torch import nn
 from actorq.errors import ConfigError
 from actorq.quant import LayerLayout, QuantSpec, TrunkLayout
 from actorq.quant.codecs import (
-    Codec,
     bits_help,
     codec_for,
     dequantize_codes,
-    float_payload,
-    float_payload_spec,
     full_precision,
-    plain_trunk,
     register,
     registered,
     unregister,
 )
 from actorq.quant.codecs.int4_packed import pack, unpack
+from tests.helpers import Twelve
 
 CODECS = {codec.name: codec for codec in registered()}
 FP32, BF16, SIMULATED, INT4 = (CODECS[name] for name in ("fp32", "bf16", "simulated", "int4_packed"))
@@ -241,23 +238,6 @@ def test_a_mode_the_bits_do_not_run_is_refused_by_the_codec_serving_them():
         QuantSpec(bits=4, mode="static")
     with pytest.raises(ConfigError, match=r"^quant\.format=simulated serves quant\.bits=2/3/4/5/6/7, got 8$"):
         QuantSpec(bits=8, mode="dynamic", format="simulated")
-
-
-class Twelve(Codec):
-    """A made-up format (fp32 under the hood); each test sets its own bits, modes and flags."""
-
-    name = "twelve"
-    bits = (12,)
-    bits_help = "12 (twelve)"
-
-    def payload_spec(self, layout, spec):
-        return float_payload_spec(layout, torch.float32)
-
-    def encode(self, trunk, layout, spec, calibration):
-        return float_payload(trunk, layout, torch.float32)
-
-    def decode(self, layout, spec, payload):
-        return plain_trunk(layout, payload)
 
 
 def registers(**attributes) -> bool:
