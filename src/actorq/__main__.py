@@ -9,6 +9,7 @@ a traceback for anything unforeseen).
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import hydra
 from omegaconf import DictConfig
@@ -47,7 +48,8 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_return"]
 
 
-def refuse(error: object) -> None:
+def refuse(error: object) -> NoReturn:
+    """``actorq: error: ...`` on stderr, exit code 2: bad input."""
     print(f"actorq: error: {error}", file=sys.stderr)
     sys.exit(2)
 
