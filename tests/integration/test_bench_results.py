@@ -24,8 +24,9 @@ def test_results_cells_resume_and_table(tmp_path, capsys):
     rows = document["tasks"]["dqn_cartpole"]["rows"]
     assert [row["impl"] for row in rows] == ["actorq-fp32", "sb3"]
     assert "| sb3 | 0 |" in (out / "results.md").read_text()
-    for plot in document["tasks"]["dqn_cartpole"]["plots"]:
-        assert (out / plot).stat().st_size > 0
+    plots = document["tasks"]["dqn_cartpole"]["plots"]
+    assert sorted(plot.rsplit("_", 1)[-1] for plot in plots) == ["frames.png", "time.png"]
+    assert all((out / plot).stat().st_size > 0 for plot in plots)
 
     written = {name: path.stat().st_mtime_ns for name, path in cells.items()}
     capsys.readouterr()
