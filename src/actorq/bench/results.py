@@ -60,6 +60,13 @@ class Task:
 
 # RL Zoo (rl-baselines3-zoo, hyperparams/*.yml) for TD3, SAC and DQN; Acme's D4PG defaults
 # (conf/algo/d4pg.yaml); docs/results.md lists each setting on both sides and its source.
+# Acme's D4PGConfig (acme/agents/jax/d4pg/config.py): samples_per_insert 32 at batch 256 is
+# 0.125 updates per frame; min_replay_size 1000; networks 256x3 policy, 512-512-256 critic.
+ACME_D4PG = ("algo.actor_hidden=[256,256,256]", "algo.critic_hidden=[512,512,256]", "algo.actor_lr=1e-4",
+             "algo.critic_lr=1e-4", "algo.batch_size=256", "algo.gamma=0.99", "algo.n_step=5",
+             "algo.target_tau=1.0", "algo.target_update_period=100", "algo.exploration.start=0.3",
+             "algo.update_to_data=0.125", "algo.learning_starts=1000", "actors.init_random_frames=1000",
+             "replay.capacity=1000000")
 SUITE = {
     "dqn_cartpole": Task(
         "dqn_cartpole", "CartPole-v1", 50_000,
@@ -105,12 +112,12 @@ SUITE = {
     ),
     "d4pg_cheetah_run": Task(
         "d4pg_cheetah_run", "cheetah-run", 100_000,
-        ours=("env=cheetah_run", "algo=d4pg", "algo.actor_hidden=[256,256,256]", "replay.capacity=1000000"),
+        ours=("env=cheetah_run", "algo=d4pg", *ACME_D4PG),
         eval_every=10_000, estimate_s=900.0,
     ),
     "d4pg_walker_walk": Task(
         "d4pg_walker_walk", "walker-walk", 100_000,
-        ours=("env=walker_walk", "algo=d4pg", "algo.actor_hidden=[256,256,256]", "replay.capacity=1000000"),
+        ours=("env=walker_walk", "algo=d4pg", *ACME_D4PG),
         eval_every=10_000, estimate_s=1000.0,
     ),
 }
