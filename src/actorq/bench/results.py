@@ -121,9 +121,6 @@ SUITE = {
         eval_every=10_000, estimate_s=1000.0,
     ),
 }
-QUICK = dict(frames=1024, learning_starts=256, eval_every=512, eval_episodes=2)
-
-
 @dataclass(frozen=True)
 class Budget:
     """A cell's frame budget and evaluation schedule, the same for every implementation."""
@@ -136,8 +133,11 @@ class Budget:
     @classmethod
     def of(cls, task: Task, scale: float, quick: bool) -> Budget:
         if quick:
-            return cls(QUICK["frames"], QUICK["eval_every"], QUICK["eval_episodes"], QUICK["learning_starts"])
+            return QUICK
         return cls(task.scaled(scale), max(1, int(task.eval_every * min(1.0, scale))), task.eval_episodes)
+
+
+QUICK = Budget(frames=1024, eval_every=512, eval_episodes=2, learning_starts=256)
 
 
 def cell_name(task: str, impl: str, seed: int) -> str:
@@ -177,7 +177,7 @@ def run_cell(task: Task, impl: str, seed: int, budget: Budget, cell_dir: Path) -
     else:
         result = run_ours(task, 8 if impl == "actorq-int8" else 32, seed, budget, cell_dir / "run")
     cell = {"task": task.name, "impl": impl, "seed": seed, "env": task.env_id,
-            "budget": vars(budget) | {"frames_requested": budget.frames},
+            "budget": vars(budget),
             **result, "wall_clock_s": round(time.perf_counter() - started, 2),
             "machine": machine(load_start), "torch_threads": torch.get_num_threads()}
     write_text_atomically(cell_dir / "cell.json", json.dumps(cell, indent=2))
