@@ -52,7 +52,7 @@ class Task:
     peer_kwargs: dict = field(default_factory=dict)
     eval_every: int = 5000
     eval_episodes: int = 10
-    estimate_s: float = 600.0  # per cell, for the ETA until cells of the task have finished
+    estimate_s: float = 600.0  # per cell, for the ETA until cells of the task have finished (docs/results.md#budget)
 
     def scaled(self, scale: float) -> int:
         return max(1, int(self.frames * scale))
@@ -82,7 +82,7 @@ SUITE = {
                          gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
                          exploration_fraction=0.16, exploration_final_eps=0.04,
                          policy_kwargs=dict(net_arch=[256, 256])),
-        estimate_s=150.0,
+        estimate_s=60.0,
     ),
     "td3_half_cheetah": Task(
         "td3_half_cheetah", "HalfCheetah-v5", 100_000,
@@ -96,7 +96,7 @@ SUITE = {
                          gamma=0.99, tau=0.005, train_freq=1, gradient_steps=1, policy_delay=2,
                          target_policy_noise=0.2, target_noise_clip=0.5, action_noise_std=0.1,
                          policy_kwargs=dict(net_arch=[400, 300])),
-        eval_every=10_000, estimate_s=1500.0,
+        eval_every=10_000, estimate_s=1320.0,
     ),
     "sac_half_cheetah": Task(
         "sac_half_cheetah", "HalfCheetah-v5", 100_000,
@@ -108,17 +108,17 @@ SUITE = {
         peer_kwargs=dict(learning_rate=3e-4, batch_size=256, buffer_size=1_000_000, learning_starts=10_000,
                          gamma=0.99, tau=0.005, train_freq=1, gradient_steps=1, ent_coef="auto",
                          policy_kwargs=dict(net_arch=[256, 256])),
-        eval_every=10_000, estimate_s=2000.0,
+        eval_every=10_000, estimate_s=1320.0,
     ),
     "d4pg_cheetah_run": Task(
         "d4pg_cheetah_run", "cheetah-run", 100_000,
         ours=("env=cheetah_run", "algo=d4pg", *ACME_D4PG),
-        eval_every=10_000, estimate_s=900.0,
+        eval_every=10_000, estimate_s=480.0,
     ),
     "d4pg_walker_walk": Task(
         "d4pg_walker_walk", "walker-walk", 100_000,
         ours=("env=walker_walk", "algo=d4pg", *ACME_D4PG),
-        eval_every=10_000, estimate_s=1000.0,
+        eval_every=10_000, estimate_s=540.0,
     ),
 }
 @dataclass(frozen=True)
