@@ -1,0 +1,101 @@
+"""The Stable-Baselines3 side of ``python -m actorq.bench results``: the same algorithm, task,
+hyperparameters, frame budget and evaluation schedule as our cells, on the same machine.
+
+Evaluation is ours' twin: every ``eval_every`` frames and at the end, ``eval_episodes``
+deterministic episodes on a separate environment seeded ``seed + 10000 + k`` for the
+``k``-th evaluation; the time it takes counts in the wall-clock, as ours does. The curve's
+seconds run from the start of ``learn()`` (the first collected frame), as ours run from
+the first collected frame.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3 import DQN, SAC, TD3
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import NormalActionNoise
+
+ALGORITHMS = {"DQN": DQN, "SAC": SAC, "TD3": TD3}
+EVAL_SEED_OFFSET = 10_000  # as actorq.callbacks.evaluation.Evaluation's
+
+
+class ScheduledEvaluation(BaseCallback):
+    """Deterministic episodes of the model's policy at each multiple of ``every`` frames and
+    at the end; ``curve`` holds ``{"frames", "wall_s", "return"}`` per evaluation."""
+
+    def __init__(self, env_id: str, every: int, episodes: int, seed: int):
+        super().__init__()
+        self.env = gym.make(env_id)
+        self.every, self.episodes, self.seed = every, episodes, seed
+        self.curve: list[dict] = []
+        self.started = 0.0
+
+    def _on_training_start(self) -> None:
+        self.started = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps % self.every == 0:
+            self.evaluate()
+        return True
+
+    def _on_training_end(self) -> None:
+        if not self.curve or self.curve[-1]["frames"] != self.num_timesteps:
+            self.evaluate()
+
+    def evaluate(self) -> None:
+        seed = self.seed + EVAL_SEED_OFFSET + len(self.curve)
+        returns = [self.episode_return(seed if episode == 0 else None) for episode in range(self.episodes)]
+        self.curve.append({"frames": int(self.num_timesteps), "wall_s": round(time.perf_counter() - self.started, 2),
+                           "return": statistics.fmean(returns)})
+
+    def episode_return(self, seed: int | None) -> float:
+        observation, _ = self.env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            action, _ = self.model.predict(observation, deterministic=True)
+            observation, reward, terminated, truncated, _ = self.env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        return total
+
+
+def make_model(task, seed: int, budget):
+    """SB3's algorithm for ``task`` with the task's settings (``action_noise_std`` becomes
+    SB3's Gaussian action noise)."""
+    kwargs = dict(task.peer_kwargs)
+    env = gym.make(task.env_id)
+    noise_std = kwargs.pop("action_noise_std", None)
+    if noise_std is not None:
+        size = env.action_space.shape[-1]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(size), noise_std * np.ones(size))
+    if budget.learning_starts is not None:
+        kwargs["learning_starts"] = budget.learning_starts
+    if task.peer == "DQN":  # its schedule is a fraction of the budget: keep it in frames
+        kwargs["exploration_fraction"] = min(1.0, kwargs["exploration_fraction"] * task.frames / budget.frames)
+    return ALGORITHMS[task.peer]("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+
+
+def run_peer(task, seed: int, budget) -> dict:
+    """One SB3 run; updates/s counts the time inside ``train()`` alone, as ours counts the
+    learner's time alone."""
+    model = make_model(task, seed, budget)
+    learning = {"seconds": 0.0}
+    train = model.train
+
+    def timed_train(*args, **kwargs):
+        started = time.perf_counter()
+        train(*args, **kwargs)
+        learning["seconds"] += time.perf_counter() - started
+
+    model.train = timed_train
+    evaluation = ScheduledEvaluation(task.env_id, budget.eval_every, budget.eval_episodes, seed)
+    model.learn(total_timesteps=budget.frames, callback=evaluation)
+    updates = int(model._n_updates)
+    return {"frames": int(model.num_timesteps), "final_return": evaluation.curve[-1]["return"],
+            "final_return_actors": None, "actor_precision": "fp32 (SB3)", "updates": updates,
+            "updates_per_s": round(updates / learning["seconds"], 1) if learning["seconds"] else None,
+            "curve": evaluation.curve, "peer": f"stable_baselines3.{task.peer}", "peer_kwargs": repr(task.peer_kwargs)}

@@ -1,0 +1,62 @@
+"""``python -m actorq.bench results``: cells written, finished cells skipped, a cell cut off
+midway run again, the table and plots rebuilt; the real Stable-Baselines3 as the peer."""
+
+import json
+import shutil
+
+import pytest
+
+from actorq.bench import results
+
+QUICK = ["--quick", "--tasks", "dqn_cartpole", "--seeds", "0", "--impls", "actorq-fp32", "sb3"]
+
+
+def test_results_cells_resume_and_table(tmp_path, capsys):
+    out = tmp_path / "results"
+    args = [*QUICK, "--out-dir", str(out)]
+    document = results.main(args)
+    cells = {p.parent.name: p for p in out.glob("cells/*/cell.json")}
+    assert sorted(cells) == ["dqn_cartpole-actorq-fp32-seed0", "dqn_cartpole-sb3-seed0"]
+    for path in cells.values():
+        cell = json.loads(path.read_text())
+        assert cell["frames"] >= 1024 and cell["curve"][-1]["frames"] == cell["frames"]
+        assert cell["machine"]["cpu"] and cell["machine"]["load_end"]
+    rows = document["tasks"]["dqn_cartpole"]["rows"]
+    assert [row["impl"] for row in rows] == ["actorq-fp32", "sb3"]
+    assert "| sb3 | 0 |" in (out / "results.md").read_text()
+    plots = document["tasks"]["dqn_cartpole"]["plots"]
+    assert sorted(plot.rsplit("_", 1)[-1] for plot in plots) == ["frames.png", "time.png"]
+    assert all((out / plot).stat().st_size > 0 for plot in plots)
+
+    written = {name: path.stat().st_mtime_ns for name, path in cells.items()}
+    capsys.readouterr()
+    results.main(args)  # both finished: nothing runs again
+    assert capsys.readouterr().out.count("done before, skipped") == 2
+    assert {name: path.stat().st_mtime_ns for name, path in cells.items()} == written
+
+    peer = out / "cells" / "dqn_cartpole-sb3-seed0"
+    (peer / "cell.json").unlink()  # a cell cut off before its done marker
+    (peer / "leftover.tmp").write_text("half a run")
+    results.main(args)
+    assert (peer / "cell.json").is_file() and not (peer / "leftover.tmp").exists()
+    assert cells["dqn_cartpole-actorq-fp32-seed0"].stat().st_mtime_ns == written["dqn_cartpole-actorq-fp32-seed0"]
+
+
+def test_results_refuses_without_the_peer_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(results, "peer_installed", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        results.main([*QUICK, "--out-dir", str(tmp_path)])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "pip install 'actorq[bench]'" in error
+    assert not (tmp_path / "cells").exists()
+
+
+def test_results_summarize_only_rebuilds_from_cells(tmp_path):
+    source = tmp_path / "a"
+    results.main([*QUICK[:-2], "sb3", "--out-dir", str(source)])  # the SB3 cell only: seconds
+    copy = tmp_path / "b"
+    shutil.copytree(source / "cells", copy / "cells")
+    document = results.main(["--summarize-only", "--out-dir", str(copy)])
+    assert document["tasks"] == json.loads((source / "results.json").read_text())["tasks"]
+    assert (copy / "results.md").read_text() == (source / "results.md").read_text()
