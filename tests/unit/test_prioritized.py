@@ -163,6 +163,16 @@ def test_rejects_indices_outside_the_stored_transitions(index):
         buffer.update_priorities(torch.tensor([index]), torch.tensor([1.0]))
 
 
+@pytest.mark.parametrize("index", [-1, 4])
+def test_a_full_buffer_rejects_indices_outside_it_and_changes_nothing(index):
+    buffer = PrioritizedReplay(capacity=4, alpha=1.0, eps=0.0)
+    buffer.extend(transitions(range(4)))
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 4\)"):
+        buffer.update_priorities(torch.tensor([0, index]), torch.tensor([5.0, 9.0]))
+    assert buffer.priorities.tree.values(np.arange(4)).tolist() == [1.0] * 4
+    assert buffer.priorities.max_priority == 1.0
+
+
 def test_state_dict_restores_beta_progress_max_priority_and_the_generator():
     buffer = PrioritizedReplay(capacity=8, beta_annealing_steps=100)
     buffer.extend(transitions(range(8)))

@@ -51,6 +51,19 @@ def test_find_matches_brute_force_for_any_capacity(fanout, capacity):
     np.testing.assert_array_equal(tree.find(targets), brute_force_find(leaves, targets))
 
 
+@pytest.mark.parametrize("fanout", [4, 16])
+def test_find_matches_brute_force_through_a_flat_top_level_at_exact_boundaries(fanout):
+    """Targets on the boundaries between leaves (integer prefix sums) belong to the leaf on
+    the right, in the flat top level's binary search as in the levels below it."""
+    capacity = 5000
+    tree = SumTree(capacity, fanout, top_size=256)
+    assert tree.depth >= 2  # a searched top level of many nodes, and levels below it
+    leaves = integer_leaves(capacity, seed=fanout)
+    tree.update(np.arange(capacity), leaves)
+    targets = np.arange(int(leaves.sum()), dtype=np.float64)
+    np.testing.assert_array_equal(tree.find(targets), brute_force_find(leaves, targets))
+
+
 def test_fanouts_agree_on_every_answer():
     capacity = 3000  # not a power of any of the fanouts
     leaves = integer_leaves(capacity, seed=1)

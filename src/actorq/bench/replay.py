@@ -28,7 +28,7 @@ from actorq.replay.prioritized import PrioritizedReplay
 from actorq.replay.shared import SharedReplay
 
 OBS_DIM, ACTION_DIM = 17, 6
-ALPHA, BETA = 0.6, 0.4
+ALPHA, BETA, EPS = 0.6, 0.4, 1e-6  # every buffer's; cpprb's own eps default is 1e-4
 TARGET_VS_CPPRB, TARGET_VS_TORCHRL = 2.0, 3.0
 PEERS = ("actorq", "cpprb", "torchrl")
 
@@ -80,7 +80,7 @@ class Contestant:
 
 
 def ours(data: TensorDict, batch: TensorDict, args, fanout: int = 16) -> Contestant:
-    buffer = PrioritizedReplay(args.capacity, alpha=ALPHA, beta=BETA, fanout=fanout)
+    buffer = PrioritizedReplay(args.capacity, alpha=ALPHA, beta=BETA, fanout=fanout, eps=EPS)
     rng = np.random.default_rng(args.seed)
     for start in range(0, args.capacity, 2**16):
         chunk = data[start : start + 2**16]
@@ -118,7 +118,7 @@ def cpprb(data: TensorDict, batch: TensorDict, args) -> Contestant:
 
     shapes = {"obs": OBS_DIM, "act": ACTION_DIM, "rew": 1, "next_obs": OBS_DIM, "done": 1}
     env_dict = {short: {"shape": shape} for short, shape in shapes.items()}
-    buffer = PrioritizedReplayBuffer(args.capacity, env_dict, alpha=ALPHA)
+    buffer = PrioritizedReplayBuffer(args.capacity, env_dict, alpha=ALPHA, eps=EPS)
     buffer.add(**columns(data))
     rng = np.random.default_rng(args.seed)
     buffer.update_priorities(np.arange(args.capacity), rng.random(args.capacity))
@@ -144,6 +144,7 @@ def torchrl(data: TensorDict, batch: TensorDict, args) -> Contestant:
     buffer = TensorDictPrioritizedReplayBuffer(
         alpha=ALPHA,
         beta=BETA,
+        eps=EPS,
         storage=LazyTensorStorage(args.capacity),
         batch_size=args.batch_size,
         priority_key="td_error",

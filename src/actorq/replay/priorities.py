@@ -58,6 +58,7 @@ class Priorities:
         self.max_priority = 1.0
         self.steps = 0
         self.rng = np.random.default_rng(seed)
+        self._stratum_starts = np.empty(0)
 
     @property
     def beta(self) -> float:
@@ -89,8 +90,8 @@ class Priorities:
         lowest, highest = priorities.min(), priorities.max()
         if not (lowest >= 0 and highest < np.inf):  # also false for NaN
             raise ValueError("priorities must be finite and non-negative")
+        self.tree.update(slots, (priorities + self.eps) ** self.alpha)  # first: it checks the slots
         self.max_priority = max(self.max_priority, float(highest) + self.eps)
-        self.tree.update(slots, (priorities + self.eps) ** self.alpha)
 
     def draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Draws ``batch_size`` slots, one from each of ``batch_size`` equal slices of the
@@ -102,9 +103,17 @@ class Priorities:
         total = self.tree.total
         if total <= 0:
             raise RuntimeError("cannot sample: no slot has a positive priority")
-        strata = np.arange(batch_size) + self.rng.random(batch_size)
-        slots = self.tree.find(strata * (total / batch_size))
+        targets = self.rng.random(batch_size)
+        targets += self._strata(batch_size)
+        targets *= total / batch_size
+        slots = self.tree.find(targets)
         return slots, self.tree.values(slots) / np.float64(total)
+
+    def _strata(self, batch_size: int) -> np.ndarray:
+        """``0, 1, ..., batch_size - 1`` as floats, kept from the last call of that size."""
+        if len(self._stratum_starts) != batch_size:
+            self._stratum_starts = np.arange(batch_size, dtype=np.float64)
+        return self._stratum_starts
 
     def weights(self, probabilities: np.ndarray) -> np.ndarray:
         """Importance-sampling weights of slots drawn with ``probabilities``, at the current
@@ -146,5 +155,7 @@ def _check_arguments(
 def as_numpy(values: torch.Tensor | np.ndarray) -> np.ndarray:
     """A numpy view (or copy, for a GPU tensor) of indices or priorities."""
     if isinstance(values, torch.Tensor):
+        if values.is_cpu and not values.requires_grad:
+            return values.numpy()  # skips two calls into torch, a microsecond each
         return values.detach().cpu().numpy()
     return np.asarray(values)

@@ -89,9 +89,14 @@ class PrioritizedReplay(UniformReplay):
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         slots = as_numpy(indices)
-        if len(slots) and (slots.min() < 0 or slots.max() >= self.size):
-            raise ValueError(f"replay indices must lie in [0, {self.size})")
-        self.priorities.update(slots, as_numpy(priorities))
+        message = f"replay indices must lie in [0, {self.size})"
+        # Once the buffer is full, the sum tree's own check of [0, capacity) is this one.
+        if self.size < self.capacity and len(slots) and (slots.min() < 0 or slots.max() >= self.size):
+            raise ValueError(message)
+        try:
+            self.priorities.update(slots, as_numpy(priorities))
+        except IndexError as error:
+            raise ValueError(message) from error
 
     def state_dict(self) -> dict:
         state = {**self.priorities.state_dict(), **self.contents()}

@@ -37,7 +37,7 @@ class SumTree:
     deltas, so rounding errors never accumulate.
 
     All levels live in one float32 array, each level starting on a cache line, which the
-    loops compiled by numba (:func:`_refresh`, :func:`_search_top`, :func:`_descend`) walk
+    loops compiled by numba (:func:`_refresh`, :func:`_search`) walk
     with a table of where each level starts. The first tree built in a process compiles
     them, or loads them from numba's on-disk cache.
 
@@ -140,9 +140,7 @@ class SumTree:
             raise ValueError(f"sum tree find needs 1-d prefix sums, got shape {targets.shape}")
         if len(targets) and not self._total > 0:
             raise ValueError(f"sum tree find needs a positive total, got {self._total}")
-        kernels = _kernels()
-        nodes = kernels.search_top(self._sums, self._starts, targets)
-        return kernels.descend(self._sums, self._starts, self._shift, nodes, targets)
+        return _kernels().search(self._sums, self._starts, self._shift, targets)
 
 
 @functools.cache
@@ -152,21 +150,25 @@ def _kernels() -> SimpleNamespace:
     numba is imported only here, so that processes which import the replay package without
     building a tree (actor workers, for one) do not pay for it.
     """
+    # The sums and minima of sibling groups may be taken in any order (as SIMD lanes do);
+    # rounding then differs from a left-to-right sum in the last bits of a float64, which
+    # the float32 node cannot hold anyway. The search keeps its order: it compares running
+    # sums with targets.
     return SimpleNamespace(
-        refresh=_compile(_refresh), search_top=_compile(_search_top), descend=_compile(_descend)
+        refresh=_compile(_refresh, fastmath={"reassoc", "nsz", "nnan"}), search=_compile(_search)
     )
 
 
-def _compile(function):
+def _compile(function, **options):
     """``function`` compiled by numba with its machine code cached on disk, next to this
     file or, where that is read-only, in numba's user-wide cache: later processes load it in
     milliseconds instead of compiling it for seconds."""
     import numba
 
     try:
-        return numba.njit(cache=True)(function)
+        return numba.njit(cache=True, **options)(function)
     except RuntimeError:  # no writable cache directory anywhere: compile in every process
-        return numba.njit(function)
+        return numba.njit(**options)(function)
 
 
 def _refresh(sums, mins, starts, shift, capacity, indices, values):
@@ -196,11 +198,15 @@ def _refresh(sums, mins, starts, shift, capacity, indices, values):
         for parent in nodes[:count]:
             first = below + (parent << shift)
             total, smallest = 0.0, inf
-            for child in range(first, first + fanout):
-                total += sums[child]
-                if level == 1:  # a leaf counts only if positive
+            # Two loops, not one with a branch inside: each then compiles to a few SIMD
+            # instructions per sibling group.
+            if level == 1:  # a leaf counts towards the minimum only if positive
+                for child in range(first, first + fanout):
+                    total += sums[child]
                     smallest = min(smallest, sums[child] if sums[child] > 0 else inf)
-                else:
+            else:
+                for child in range(first, first + fanout):
+                    total += sums[child]
                     smallest = min(smallest, mins[child - starts[1]])
             sums[here + parent] = total
             mins[here - starts[1] + parent] = smallest
@@ -214,40 +220,33 @@ def _refresh(sums, mins, starts, shift, capacity, indices, values):
     return total, float(smallest), -1
 
 
-def _search_top(sums, starts, targets):
-    """The node of the flat top level holding each target, by binary search on the
-    level's float64 prefix sums; subtracts the mass before that node from the target.
+def _search(sums, starts, shift, targets):
+    """The leaf holding each target; overwrites ``targets``.
 
-    Targets are clamped into ``[0, total)`` first, so that the node found is positive.
+    First the node of the flat top level holding each target, by binary search on that
+    level's float64 prefix sums, after clamping the target into ``[0, total)`` so that the
+    node found is positive. Then down the levels below: a target's child is the number of
+    its siblings whose running sum (in float64) ends at or before the target. The loops
+    run child by child across all targets, so that the running sums of different targets
+    proceed side by side and their cache misses overlap; target by target, each would
+    wait for the last.
+
+    A stored parent can exceed the exact sum of its children by float32 rounding, so a
+    target can lie past the end of its group; it then takes the group's last positive
+    child. Either way the chosen child is positive, so a zero leaf is never returned.
     """
     top, end = starts[-2], starts[-1]
     prefix = np.zeros(end - top + 1)
     for node in range(top, end):
         prefix[node - top + 1] = prefix[node - top] + sums[node]
     last = np.nextafter(prefix[-1], 0.0)
-    nodes = np.empty(len(targets), np.int64)
-    for j in range(len(targets)):
+    count, fanout = len(targets), 1 << shift
+    nodes = np.empty(count, np.int64)
+    for j in range(count):
         target = min(targets[j] if targets[j] > 0 else 0.0, last)  # NaN becomes 0 too
         # Bounded even for an all-zero level, since nothing here checks bounds.
         nodes[j] = min(np.searchsorted(prefix, target, side="right") - 1, end - top - 1)
         targets[j] = target - prefix[nodes[j]]
-    return nodes
-
-
-def _descend(sums, starts, shift, nodes, targets):
-    """Walks each target down from its node of the flat top level (:func:`_search_top`) to
-    the leaf holding it; overwrites ``nodes`` and ``targets``.
-
-    At each level a target's child is the number of its siblings whose running sum (in
-    float64) ends at or before the target. The loops run child by child across all
-    targets, so that the running sums of different targets proceed side by side and
-    their cache misses overlap; target by target, each would wait for the last.
-
-    A stored parent can exceed the exact sum of its children by float32 rounding, so a
-    target can lie past the end of its group; it then takes the group's last positive
-    child. Either way the chosen child is positive, so a zero leaf is never returned.
-    """
-    count, fanout = len(nodes), 1 << shift
     running, before = np.empty(count), np.empty(count)
     for level in range(len(starts) - 3, -1, -1):
         firsts = starts[level] + (nodes << shift)
