@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
+from actorq.actors.processes import start_fork_server
 from actorq.algos.base import check_policy_network
 from actorq.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
@@ -92,6 +93,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         experience, trainer, callbacks (by their name under ``callbacks``), precision_choice.
     """
     check_run_config(cfg)
+    if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
+        start_fork_server()  # its imports overlap building the run, before the actors start
     run_dir = Path(cfg.run_dir)
     resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
     checkpoint = load_checkpoint(resume_from) if resume_from else None

@@ -1,5 +1,7 @@
 """Real collector worker processes: weights pushed by the learner change what they do."""
 
+import time
+
 import pytest
 import torch
 
@@ -95,3 +97,24 @@ def test_a_suite_without_raw_envs_falls_back_to_make_env():
         unregister_suite("mine")
     assert not isinstance(one, LeanBatchedEnv) and isinstance(several, SerialEnv)
     assert isinstance(make_worker_env("Pendulum-v1", 3, seed=0, library="gymnasium"), LeanBatchedEnv)
+
+
+def test_a_worker_collects_ahead_while_the_learner_holds_a_batch(pendulum_policy):
+    """The pool takes each batch as it arrives, so a worker is not held up by a learner still
+    busy with an earlier batch: while the first batch is held, the worker hands over its
+    second and collects a third (it used to wait after the second for the learner to ask)."""
+    frames_per_batch = 40
+    pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=1, frames_per_batch=frames_per_batch,
+                     total_frames=400)
+    try:
+        batches = iter(pool)
+        next(batches)  # held: the learner is busy with it
+        deadline = time.monotonic() + 30.0
+        while pool.collected_frames < 3 * frames_per_batch and time.monotonic() < deadline:
+            time.sleep(0.05)
+        collected_ahead = pool.collected_frames
+        frames = frames_per_batch + sum(batch.numel() for batch in batches)
+    finally:
+        pool.shutdown()
+    assert collected_ahead >= 3 * frames_per_batch
+    assert frames == 400 and pool.dropped_frames == 0

@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -269,6 +270,63 @@ class _Collector(adapter.HandOverCollector):
                     raise _WorkerFailed(worker, f"took no weights within {timeout:.0f} s (alive but stuck)")
 
 
+class _Receiver:
+    """Takes the workers' batches from the collector on a thread of its own, up to ``depth``
+    ahead of the learner.
+
+    A worker hands over one batch, then waits for its go-ahead, which the collector sends
+    when the batch is taken. Taken by the learner's loop, that waits for the learner's update,
+    logging and callbacks of the batch before (Lightning fetches one ahead), so a learner step
+    longer than a batch held the worker up. Here the thread takes each batch as it arrives;
+    the worker waits only when ``depth`` batches wait for the learner.
+
+    The collector's own exceptions (a failed worker included) come out of :meth:`next`, after
+    the thread has ended, so the pool recovers with no thread reading the collector.
+    """
+
+    def __init__(self, batches: Iterator[TensorDictBase | None], depth: int):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(batches,), name="actorq-receiver", daemon=True)
+        self._thread.start()
+
+    def _run(self, batches: Iterator[TensorDictBase | None]) -> None:
+        try:
+            for batch in batches:
+                if not self._hand(("batch", batch)):
+                    return
+        except BaseException as error:  # noqa: BLE001  (raised again in the learner's thread)
+            self._hand(("error", error))
+            return
+        self._hand(("end", None))
+
+    def _hand(self, item: tuple[str, object]) -> bool:
+        """Queues ``item`` for the learner; ``False`` once :meth:`close` was called."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def next(self) -> TensorDictBase | None:
+        """The next batch; ``StopIteration`` at the end; the collector's exception, raised."""
+        kind, item = self._queue.get()
+        if kind == "batch":
+            return item
+        self._thread.join()
+        if kind == "end":
+            raise StopIteration
+        raise item
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stops the thread: it ends once its current wait for a batch ends (within
+        ``timeout``; a thread still waiting then is left to end with the collector)."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+
 def _is_running(process: multiprocessing.Process) -> bool:
     """Whether ``process`` runs (a closed process object does not: ``is_alive`` refuses it)."""
     try:
@@ -371,6 +429,7 @@ class ActorPool(ActorPoolBase):
         self._dropped_before = 0  # by collectors that were replaced
         self._collected_before = 0  # by collectors that were replaced
         self._unused_before = 0  # saved at a restart but past the budget
+        self._receiver: _Receiver | None = None
         self.collector = self._start(total_frames - frames_done)
 
     def _start(self, total_frames: int) -> _Collector:
@@ -411,11 +470,21 @@ class ActorPool(ActorPoolBase):
             return 0
         return self._unused_before + self.collector.in_flight_frames()
 
+    def _receive(self) -> _Receiver:
+        self._close_receiver()
+        self._receiver = _Receiver(iter(self.collector), depth=self.num_workers)
+        return self._receiver
+
+    def _close_receiver(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
-        batches = iter(self.collector)
+        batches = self._receive()
         while True:
             try:
-                batch = next(batches)
+                batch = batches.next()
             except StopIteration:
                 return
             except Exception as error:
@@ -423,7 +492,7 @@ class ActorPool(ActorPoolBase):
                 if failure is None:
                     raise
                 saved = self._recover(failure)  # restarts the workers (or raises)
-                batches = iter(self.collector)
+                batches = self._receive()
                 for batch in saved:  # what the old workers had collected, before any new batch
                     if self.frames >= self.total_frames:
                         self._unused_before += batch.numel()  # past the budget, as at a normal end
@@ -450,6 +519,7 @@ class ActorPool(ActorPoolBase):
         """Stops the failed collector and restarts it with the last pushed weights (or raises);
         returns the complete batches the old workers held (the one that came with the failure
         first), for the iteration to yield."""
+        self._close_receiver()  # no thread may read the old collector from here on
         old = self.collector
         process = old.procs[failure.worker]
         if _is_running(process):  # its env raised; it cannot answer "close"
@@ -498,6 +568,7 @@ class ActorPool(ActorPoolBase):
             # else the iteration finds the dead worker and restarts with these weights
 
     def shutdown(self) -> None:
+        self._close_receiver()
         self.collector.shutdown(raise_on_error=False)
 
 

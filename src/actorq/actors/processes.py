@@ -9,6 +9,10 @@ workers and puts back what was there after, so the program's own processes start
 The fork server lives as long as the process that started it; the workers' parent is the
 fork server, not the main process.
 
+The server imports :data:`PRELOAD` when it starts, about 3 s on a 2-core machine, and the
+first pool waits for that. :func:`start_fork_server` starts it early, without waiting, so that
+a run (``actorq.train``) builds its learner, replay and Trainer meanwhile.
+
 A forked worker has the environment variables the fork server started with;
 :func:`in_environment` gives it the main process's, as a spawned worker would have.
 
@@ -23,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,6 +37,15 @@ PRELOAD = ("torch", "tensordict", "torchrl", "actorq.actors.pool")
 """What the fork server imports once, for every worker it forks."""
 
 T = TypeVar("T")
+
+
+def start_fork_server() -> None:
+    """Starts the fork server (which imports :data:`PRELOAD`) and returns without waiting for
+    its imports; nothing where the platform has no fork server or it runs already."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    multiprocessing.set_forkserver_preload(list(PRELOAD))  # read when the server starts, once
+    multiprocessing.forkserver.ensure_running()
 
 
 @contextmanager
