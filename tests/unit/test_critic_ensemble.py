@@ -70,7 +70,8 @@ def test_a_learner_that_overrides_make_critic_keeps_a_module_list():
         def make_critic(self, spec, hidden, layer_norm, out_dim):
             return Critic(spec, hidden, layer_norm, out_dim)
 
-    assert type(OwnCritics(CONTINUOUS, Exploration(0.1), critic_hidden=(8,)).critics) is nn.ModuleList
+    learner = OwnCritics(CONTINUOUS, Exploration(0.1), critic_hidden=(8,), batch_critics=True)
+    assert type(learner.critics) is nn.ModuleList
 
 
 def test_a_checkpoint_of_separate_critics_loads_into_the_ensemble():
@@ -79,7 +80,7 @@ def test_a_checkpoint_of_separate_critics_loads_into_the_ensemble():
     state = old.state_dict()
     assert "critics.1.net.2.weight" in state  # the layout checkpoints had before batched critics
     torch.manual_seed(1)
-    new = TD3(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8, 8))
+    new = TD3(CONTINUOUS, Exploration(0.1), actor_hidden=(8,), critic_hidden=(8, 8), batch_critics=True)
     new.load_state_dict(state)
     observation, action = torch.randn(4, 3), torch.randn(4, 1)
     for critics, old_critics in ((new.critics, old.critics), (new.critics_target, old.critics_target)):

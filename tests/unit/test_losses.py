@@ -129,12 +129,12 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_the_tensor():
     learner.learner_steps = 41
     learner.update(random_sample(CONTINUOUS))  # finite: no error
     with torch.no_grad():
-        learner.critics.net[0].weight[1, 0, 0] = float("inf")  # the second critic's, stacked
+        learner.critics[1].net[0].weight[0, 0] = float("inf")
     with pytest.raises(NonFiniteError) as raised:
         learner.update(random_sample(CONTINUOUS))
     message = str(raised.value)
     assert "of critics at learner step 41" in message
-    assert "first non-finite tensor: weight critics.net.0.weight" in message
+    assert "first non-finite tensor: weight critics.1.net.0.weight" in message
 
 
 def test_non_finite_weights_are_never_broadcast():

@@ -2,10 +2,12 @@
 soft-updated targets, the importance-weighted critic loss, and the ``make_actor`` /
 ``make_critic`` hooks.
 
-Twin (or more) default critics run as one :class:`~actorq.networks.CriticEnsemble`: one
-batched matmul per layer for all of them. ``critics[i]`` is still critic ``i`` as a module of
-its own, and iterating over ``critics`` still gives one critic at a time; a learner whose
-``make_critic`` is overridden keeps a plain ``nn.ModuleList``.
+With ``batch_critics=True``, twin (or more) default critics run as one
+:class:`~actorq.networks.CriticEnsemble`: one batched matmul per layer for all of them.
+``critics[i]`` is still critic ``i`` as a module of its own, and iterating over ``critics``
+still gives one critic at a time; a learner whose ``make_critic`` is overridden keeps a plain
+``nn.ModuleList``. It is off by default: on a CPU thread the update is matmul-bound and the
+batched matmul ran slower than two plain ones (docs/benchmarks.md, learner section).
 
 DDPG (and TD3, D4PG through it) and SAC build on :class:`ActorCriticLearner`; each says what
 its actor is and how its TD target is formed (:meth:`ActorCriticLearner.td_target`). A new
@@ -42,7 +44,8 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_out_dim: outputs per critic (1 for a scalar Q; atoms for a distributional one).
         critic_lr: Adam learning rate of the critics.
         batch_critics: run two or more default critics as one batched network
-            (:class:`~actorq.networks.CriticEnsemble`); same outputs and gradients, fewer ops.
+            (:class:`~actorq.networks.CriticEnsemble`); same outputs and gradients, fewer ops,
+            but slower on a CPU thread (measured), hence off by default.
         **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
     """
 
@@ -58,7 +61,7 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_layer_norm: bool = False,
         critic_out_dim: int = 1,
         critic_lr: float = 1e-3,
-        batch_critics: bool = True,
+        batch_critics: bool = False,
         **kwargs: Any,
     ):
         super().__init__(spec, exploration, **kwargs)
