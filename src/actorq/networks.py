@@ -188,3 +188,118 @@ class Critic(nn.Module):
     def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         out = self.net(torch.cat([observation, action], dim=-1))
         return out.squeeze(-1) if self.out_dim == 1 else out
+
+
+class StackedLinear(nn.Module):
+    """``E`` ``nn.Linear`` layers of one shape as one: ``weight [E, in, out]`` (each layer's
+    weight transposed, so the batched matmul reads it without a copy), ``bias [E, out]``.
+
+    ``forward`` takes ``[B, in]`` (one input for all ``E``) or ``[E, B, in]`` and returns
+    ``[E, B, out]`` with one batched matmul; :meth:`one` runs layer ``i`` alone.
+    """
+
+    def __init__(self, layers: Sequence[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach().t() for layer in layers]).contiguous())
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.expand(len(self.weight), *x.shape)
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight)
+
+    def one(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias[i], x, self.weight[i])
+
+
+class StackedLayerNorm(nn.Module):
+    """``E`` ``nn.LayerNorm`` layers of one shape as one (affine parameters ``[E, size]``)."""
+
+    def __init__(self, layers: Sequence[nn.LayerNorm]):
+        super().__init__()
+        self.shape, self.eps = layers[0].normalized_shape, layers[0].eps
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach() for layer in layers]))
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias.unsqueeze(1), F.layer_norm(x, self.shape, eps=self.eps), self.weight.unsqueeze(1))
+
+    def one(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.shape, self.weight[i], self.bias[i], self.eps)
+
+
+class CriticEnsemble(nn.Module):
+    """``E`` :class:`Critic` s of one shape evaluated as one network: each layer's weights are
+    stacked (``net.0.weight`` is ``[E, in, out]``, see :class:`StackedLinear`) and one batched
+    matmul per layer serves every critic, instead of ``E`` small ones.
+
+    ``ensemble(obs, action)`` is ``[E, B]`` (``[E, B, out_dim]`` for a distributional critic).
+    ``ensemble[i]`` is critic ``i`` as a callable module of its own (``(obs, action) -> [B]``,
+    computed from slices of the stacked weights, so gradients reach them); iterating and ``len``
+    work as on an ``nn.ModuleList`` of critics. Its weights are the critics' own, so
+    ``CriticEnsemble(critics)[i](s, a)`` equals ``critics[i](s, a)``.
+
+    A state dict saved from an ``nn.ModuleList`` of critics (``0.net.0.weight``, ...) loads:
+    the per-critic tensors are stacked (linear weights transposed) on the way in.
+
+    Example:
+        >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+        >>> critics = [Critic(spec, (8, 8)) for _ in range(2)]
+        >>> ensemble = CriticEnsemble(critics)
+        >>> s, a = torch.zeros(5, 3), torch.zeros(5, 1)
+        >>> ensemble(s, a).shape, len(ensemble), torch.allclose(ensemble[1](s, a), critics[1](s, a))
+        (torch.Size([2, 5]), 2, True)
+    """
+
+    def __init__(self, critics: Sequence[Critic]):
+        super().__init__()
+        self.out_dim = critics[0].out_dim
+        self.size = len(critics)
+        stacked = {nn.Linear: StackedLinear, nn.LayerNorm: StackedLayerNorm}
+        self.net = nn.Sequential(*(
+            stacked[type(layer)]([critic.net[position] for critic in critics]) if type(layer) in stacked else layer
+            for position, layer in enumerate(critics[0].net)
+        ))
+        self._register_load_state_dict_pre_hook(self._stack_per_critic_tensors)
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        out = self.net(torch.cat([observation, action], dim=-1))
+        return out.squeeze(-1) if self.out_dim == 1 else out
+
+    def one(self, i: int, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Critic ``i`` alone."""
+        x = torch.cat([observation, action], dim=-1)
+        for layer in self.net:
+            x = layer.one(i, x) if hasattr(layer, "one") else layer(x)
+        return x.squeeze(-1) if self.out_dim == 1 else x
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> nn.Module:
+        if not -self.size <= i < self.size:
+            raise IndexError(f"critic {i} of an ensemble of {self.size}")
+        return OneCritic(self, i % self.size)
+
+    def __iter__(self):
+        return (self[i] for i in range(self.size))
+
+    def _stack_per_critic_tensors(self, state_dict, prefix, *args) -> None:
+        for name, _ in self.named_parameters():
+            per_critic = [f"{prefix}{i}.{name}" for i in range(self.size)]
+            if prefix + name not in state_dict and all(key in state_dict for key in per_critic):
+                tensors = [state_dict.pop(key) for key in per_critic]
+                if isinstance(self.get_submodule(name.rsplit(".", 1)[0]), StackedLinear) and name.endswith("weight"):
+                    tensors = [tensor.t() for tensor in tensors]
+                state_dict[prefix + name] = torch.stack(tensors).contiguous()
+
+
+class OneCritic(nn.Module):
+    """Critic ``index`` of a :class:`CriticEnsemble`, as a module of its own."""
+
+    def __init__(self, ensemble: CriticEnsemble, index: int):
+        super().__init__()
+        self.ensemble, self.index = ensemble, index
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.ensemble.one(self.index, observation, action)

@@ -2,6 +2,13 @@
 soft-updated targets, the importance-weighted critic loss, and the ``make_actor`` /
 ``make_critic`` hooks.
 
+With ``batch_critics=True``, twin (or more) default critics run as one
+:class:`~actorq.networks.CriticEnsemble`: one batched matmul per layer for all of them.
+``critics[i]`` is still critic ``i`` as a module of its own, and iterating over ``critics``
+still gives one critic at a time; a learner whose ``make_critic`` is overridden keeps a plain
+``nn.ModuleList``. It is off by default: on a CPU thread the update is matmul-bound and the
+batched matmul ran slower than two plain ones (docs/benchmarks.md, learner section).
+
 DDPG (and TD3, D4PG through it) and SAC build on :class:`ActorCriticLearner`; each says what
 its actor is and how its TD target is formed (:meth:`ActorCriticLearner.td_target`). A new
 variant (TQC's quantile critics, REDQ's ensemble) overrides ``num_critics``,
@@ -20,7 +27,7 @@ from torch import nn
 
 from actorq.algos.base import Exploration, OffPolicyLearner, check_positive
 from actorq.envs import EnvSpec
-from actorq.networks import Critic
+from actorq.networks import Critic, CriticEnsemble
 from actorq.replay.base import Sample
 
 
@@ -36,6 +43,9 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_layer_norm: layer-normalise the critics' hidden layers.
         critic_out_dim: outputs per critic (1 for a scalar Q; atoms for a distributional one).
         critic_lr: Adam learning rate of the critics.
+        batch_critics: run two or more default critics as one batched network
+            (:class:`~actorq.networks.CriticEnsemble`); same outputs and gradients, fewer ops,
+            but slower on a CPU thread (measured), hence off by default.
         **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
     """
 
@@ -51,15 +61,18 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_layer_norm: bool = False,
         critic_out_dim: int = 1,
         critic_lr: float = 1e-3,
+        batch_critics: bool = False,
         **kwargs: Any,
     ):
         super().__init__(spec, exploration, **kwargs)
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr)
         self.actor = self.make_actor(spec, actor_hidden)
-        self.critics = nn.ModuleList(
-            self.make_critic(spec, critic_hidden, critic_layer_norm, critic_out_dim)
-            for _ in range(self.num_critics)
-        )
+        critics = [self.make_critic(spec, critic_hidden, critic_layer_norm, critic_out_dim)
+                   for _ in range(self.num_critics)]
+        default_critics = (type(self).make_critic is ActorCriticLearner.make_critic
+                           and all(type(critic) is Critic for critic in critics))
+        batchable = len(critics) > 1 and default_critics
+        self.critics = CriticEnsemble(critics) if batch_critics and batchable else nn.ModuleList(critics)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.actor_lr = actor_lr
         self.critic_lr = critic_lr
@@ -85,13 +98,21 @@ class ActorCriticLearner(OffPolicyLearner):
         """Importance-weighted squared TD error summed over critics, and the first TD error."""
         batch = sample.batch
         target = self.td_target(batch)
-        td_errors = [q(batch["observation"], batch["action"]) - target for q in self.critics]
-        loss = sum((sample.weights * td.pow(2)).mean() for td in td_errors)
+        td_errors = self.q_values(self.critics, batch["observation"], batch["action"]) - target
+        loss = (sample.weights * td_errors.pow(2)).mean(dim=-1).sum()
         return loss, td_errors[0]
 
-    def min_q(self, critics: nn.ModuleList, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def q_values(critics: nn.Module, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``[Q_1(s, a), ..., Q_E(s, a)]`` stacked, ``[E, B]``: one call of a
+        :class:`~actorq.networks.CriticEnsemble`, or one per critic of any other collection."""
+        if isinstance(critics, CriticEnsemble):
+            return critics(observation, action)
+        return torch.stack([q(observation, action) for q in critics])
+
+    def min_q(self, critics: nn.Module, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``min_i Q_i(s, a)`` over ``critics`` (the clipped double-Q estimate)."""
-        return torch.stack([q(observation, action) for q in critics]).min(dim=0).values
+        return self.q_values(critics, observation, action).min(dim=0).values
 
     def update_critics(self, sample: Sample, optimizer) -> dict[str, torch.Tensor]:
         """One critic step; feeds the TD errors back as priorities; returns its terms."""

@@ -87,10 +87,13 @@ def adam(params, lr: float) -> torch.optim.Adam:
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """``target <- tau * source + (1 - tau) * target`` (``tau=1`` copies)."""
+    """``target <- tau * source + (1 - tau) * target`` (``tau=1`` copies), one fused op over
+    all the parameters."""
+    targets, sources = list(target.parameters()), list(source.parameters())
+    if [t.shape for t in targets] != [s.shape for s in sources]:
+        raise ValueError(f"target and source networks differ: {len(targets)} vs {len(sources)} parameters")
     with torch.no_grad():
-        for t, s in zip(target.parameters(), source.parameters(), strict=True):
-            t.lerp_(s, tau)
+        torch._foreach_lerp_(targets, sources, tau)
 
 
 class LinearDecay:

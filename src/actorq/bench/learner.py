@@ -1,11 +1,20 @@
-"""``python -m actorq.bench learner``: does Lightning cost the learner speed?
+"""``python -m actorq.bench learner``: how fast is the learner, against its peer and without Lightning?
 
-Runs the same algorithm twice on the same networks, replay and experience, in one process:
+Runs the same algorithm on the same networks, replay and experience, in one process:
 once as our LightningModule under a real ``lightning.Trainer`` (manual optimization,
 logging, callbacks), once as a bare PyTorch loop calling the algorithm's own ``update`` with
 plain ``torch.optim`` optimizers, a plain ``loss.backward()`` and no Trainer. Reports updates
 per second and their ratio (target: >= 0.9). A third side, the bare loop with torch's
 default (foreach) Adam in place of the learners' fused one, shows what the fused kernel gains.
+
+The peer side is Stable-Baselines3's own ``TD3.train()`` / ``SAC.train()`` / ``DQN.train()``
+at the same shapes (networks, batch, hyperparameters that cost time): one gradient step per
+call, as the RL Zoo's ``train_freq=1, gradient_steps=1`` runs it, on SB3's own replay buffer
+filled with random transitions. ``ours_vs_sb3`` is the Lightning side's updates/s over SB3's
+(target for TD3 and SAC: >= 2.0). ``--env-shape`` picks the shapes: ``halfcheetah``
+(Gymnasium ``HalfCheetah-v5``: obs 17, action 6) or ``pendulum`` (obs 3, action 1); DQN
+always has CartPole's (obs 4, 2 actions). All sides run interleaved, each keeps its best round,
+with one intra-op thread by default (``--threads``).
 
 ``--precision auto`` asks another question: does ``trainer.precision=auto``
 (:mod:`actorq.learner_precision`) pick the faster learner here? It times the same learner
@@ -16,7 +25,8 @@ critics, batch 64) and a 64-wide one.
 
 Usage (``tests/integration/test_bench_smoke.py`` and ``tests/unit/test_learner_precision.py`` run the quick forms)::
 
-    python -m actorq.bench learner [--quick] [--out FILE.json]
+    python -m actorq.bench learner [--algos td3 sac dqn] [--env-shape halfcheetah] [--hidden 256] [--quick]
+                                   [--out FILE.json]
     python -m actorq.bench learner --precision auto [--quick] [--out FILE.json]
 """
 
@@ -34,6 +44,7 @@ from tensordict import TensorDict
 
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
+from actorq.algos.sac import SAC
 from actorq.algos.td3 import TD3
 from actorq.bench._table import report
 from actorq.envs import EnvSpec
@@ -44,8 +55,12 @@ from actorq.replay.uniform import UniformReplay
 
 TARGET_RATIO = 0.9
 TARGET_AUTO = 0.95  # --precision auto: auto's updates/s over the faster precision's
+TARGET_VS_SB3 = {"td3": 2.0, "sac": 2.0}  # our Lightning learner's updates/s over SB3's train()
 PENDULUM = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+HALFCHEETAH = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
 CARTPOLE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+ENV_SHAPES = {"halfcheetah": HALFCHEETAH, "pendulum": PENDULUM}
+GYM_IDS = {"halfcheetah": "HalfCheetah-v5", "pendulum": "Pendulum-v1", "cartpole": "CartPole-v1"}
 
 
 def fake_experience(spec: EnvSpec, batches: int, frames: int, seed: int = 0) -> list[TensorDict]:
@@ -116,17 +131,73 @@ class SteadyClock(Callback):
 
 
 def make_learner(algo: str, hidden: int, batch_size: int, seed: int, layers: int = 2,
-                 critic_hidden: int | None = None):
-    """``layers`` hidden layers of ``hidden`` units (the policy); TD3's two critics have two
-    of ``critic_hidden`` (default ``hidden``)."""
+                 critic_hidden: int | None = None, env_shape: str = "pendulum"):
+    """``layers`` hidden layers of ``hidden`` units (the policy); TD3's and SAC's two critics
+    have two of ``critic_hidden`` (default ``hidden``). Continuous algorithms take
+    ``env_shape``'s dimensions; DQN CartPole's."""
     torch.manual_seed(seed)
     common = dict(batch_size=batch_size, learning_starts=0, update_to_data=1.0)
     if algo == "dqn":
         return DQN(CARTPOLE, Exploration(0.1), hidden=(hidden,) * layers, target_tau=1.0,
                    target_update_period=100, **common), CARTPOLE
-    critic = (critic_hidden or hidden,) * 2
-    return TD3(PENDULUM, Exploration(0.1), actor_hidden=(hidden,) * layers, critic_hidden=critic,
-               **common), PENDULUM
+    spec = ENV_SHAPES[env_shape]
+    networks = dict(actor_hidden=(hidden,) * layers, critic_hidden=(critic_hidden or hidden,) * 2)
+    if algo == "sac":
+        return SAC(spec, **networks, **common), spec
+    return TD3(spec, Exploration(0.1), **networks, **common), spec
+
+
+def make_sb3_peer(algo: str, learner, env_shape: str, actor_hidden: list[int], critic_hidden: list[int], seed: int):
+    """Stable-Baselines3's model for ``algo`` with these networks, ``learner``'s batch and the
+    hyperparameters that cost time (twin critics, policy delay, target noise, entropy tuning),
+    its replay buffer filled with random transitions. SB3 takes its spaces from a real env."""
+    try:
+        import gymnasium as gym
+        import stable_baselines3 as sb3
+        from stable_baselines3.common.logger import Logger
+    except ImportError as error:  # pragma: no cover - the bench extras install it
+        raise SystemExit(f"the SB3 peer needs stable-baselines3 ({error}); pip install 'actorq[bench]' "
+                         "or pass --peer none") from error
+    env = gym.make(GYM_IDS["cartpole" if algo == "dqn" else env_shape])
+    buffer_size = 100_000
+    if algo == "dqn":
+        model = sb3.DQN("MlpPolicy", env, batch_size=learner.batch_size, buffer_size=buffer_size, seed=seed,
+                        gamma=learner.gamma, device="cpu", policy_kwargs=dict(net_arch=actor_hidden))
+    else:
+        arch = dict(pi=actor_hidden, qf=critic_hidden)
+        common = dict(batch_size=learner.batch_size, buffer_size=buffer_size, seed=seed, gamma=learner.gamma,
+                      tau=learner.target_tau, device="cpu", policy_kwargs=dict(net_arch=arch))
+        model = (sb3.SAC("MlpPolicy", env, ent_coef="auto", **common) if algo == "sac" else
+                 sb3.TD3("MlpPolicy", env, policy_delay=learner.policy_delay, target_policy_noise=learner.target_noise,
+                         target_noise_clip=learner.target_noise_clip, **common))
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    fill_sb3_replay(model.replay_buffer, env.observation_space, env.action_space, buffer_size // 10, seed)
+    env.close()
+    return model
+
+
+def fill_sb3_replay(buffer, observation_space, action_space, transitions: int, seed: int) -> None:
+    """``transitions`` random transitions of these spaces' shapes, added one at a time as SB3's
+    one-env collection adds them (``n_envs=1``)."""
+    generator = torch.Generator().manual_seed(seed)
+    obs_dim = observation_space.shape[0]
+    for _ in range(transitions):
+        obs = torch.randn(1, obs_dim, generator=generator).numpy()
+        action = (torch.randint(int(action_space.n), (1, 1), generator=generator) if action_space.shape == ()
+                  else torch.rand(1, action_space.shape[0], generator=generator) * 2 - 1).numpy()
+        buffer.add(obs, torch.randn(1, obs_dim, generator=generator).numpy(), action,
+                   torch.randn(1, generator=generator).numpy(), (torch.rand(1) < 0.01).numpy(), [{}])
+
+
+def sb3_updates_per_s(model, warmup: int, updates: int) -> float:
+    """Updates/s of SB3's own ``train()``, one gradient step per call (the RL Zoo's default
+    ``train_freq=1, gradient_steps=1``), after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        model.train(gradient_steps=1, batch_size=model.batch_size)
+    start = time.perf_counter()
+    for _ in range(updates):
+        model.train(gradient_steps=1, batch_size=model.batch_size)
+    return updates / (time.perf_counter() - start)
 
 
 def lightning_updates_per_s(learner, experience: list[TensorDict], precision: str = "32-true") -> float:
@@ -168,7 +239,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actorq.bench learner", description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=["auto"], default=None,
                         help="auto: does trainer.precision=auto pick the faster of 32-true and bf16-mixed here?")
-    parser.add_argument("--algos", nargs="+", default=None, choices=["td3", "dqn"], help="default td3 dqn; auto: td3")
+    parser.add_argument("--algos", nargs="+", default=None, choices=["td3", "sac", "dqn"],
+                        help="default td3 sac dqn; auto: td3")
+    parser.add_argument("--env-shape", choices=sorted(ENV_SHAPES), default="halfcheetah",
+                        help="observation and action sizes of td3 and sac (dqn: CartPole's)")
+    parser.add_argument("--peer", choices=["sb3", "none"], default="sb3",
+                        help="sb3: also time Stable-Baselines3's train() at the same shapes")
     parser.add_argument("--hidden", type=int, nargs="+", default=None,
                         help="hidden widths (default 64 256; --precision auto: 2048 64)")
     parser.add_argument("--layers", type=int, default=None, help="policy hidden layers (default 2; auto: 3)")
@@ -187,7 +263,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     auto = args.precision == "auto"
     defaults = dict(algos=["td3"], hidden=[2048, 64], layers=3, critic_hidden=256, batch_size=64, batches=3,
                     frames=64, out="bench-results/learner-precision.json") if auto else dict(
-        algos=["td3", "dqn"], hidden=[64, 256], layers=2, critic_hidden=None, batch_size=256, batches=6,
+        algos=["td3", "sac", "dqn"], hidden=[64, 256], layers=2, critic_hidden=None, batch_size=256, batches=6,
         frames=200, out="bench-results/learner.json")
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -210,19 +286,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     for algo in args.algos:
         for hidden in args.hidden:
             learner, spec = make_learner(algo, hidden, args.batch_size, seed=0, layers=args.layers,
-                                         critic_hidden=args.critic_hidden)
+                                         critic_hidden=args.critic_hidden, env_shape=args.env_shape)
             experience = fake_experience(spec, args.batches, args.frames)
-            bare = lightning = unfused = 0.0
+            peer = None if args.peer == "none" else make_sb3_peer(
+                algo, learner, args.env_shape, [hidden] * args.layers, [args.critic_hidden or hidden] * 2, seed=0)
+            bare = lightning = unfused = sb3 = 0.0
             for _ in range(args.rounds):  # interleaved; each side keeps its best round
                 bare = max(bare, bare_updates_per_s(copy.deepcopy(learner), experience))
                 lightning = max(lightning, lightning_updates_per_s(copy.deepcopy(learner), experience))
                 unfused = max(unfused, bare_updates_per_s(copy.deepcopy(learner), experience, fused=False))
-            rows.append({"algo": algo, "hidden": hidden, "batch": args.batch_size,
-                         "bare_updates_per_s": bare, "lightning_updates_per_s": lightning,
-                         "ratio": lightning / bare, "target": TARGET_RATIO,
-                         "bare_unfused_adam_updates_per_s": unfused, "fused_adam_gain": bare / unfused})
-    report("learner updates/s: Lightning vs bare PyTorch (same losses, networks, batch); "
-           "fused Adam vs torch's default", rows, args.out or None)
+                if peer is not None:
+                    sb3 = max(sb3, sb3_updates_per_s(peer, args.frames, args.frames * (args.batches - 1)))
+            row = {"algo": algo, "shape": "cartpole" if algo == "dqn" else args.env_shape, "hidden": hidden,
+                   "batch": args.batch_size, "bare_updates_per_s": bare, "lightning_updates_per_s": lightning,
+                   "ratio": lightning / bare, "target": TARGET_RATIO,
+                   "bare_unfused_adam_updates_per_s": unfused, "fused_adam_gain": bare / unfused}
+            if peer is not None:
+                row.update({"sb3_updates_per_s": sb3, "ours_vs_sb3": lightning / sb3,
+                            "target_vs_sb3": TARGET_VS_SB3.get(algo)})
+            rows.append(row)
+    report(f"learner updates/s ({args.threads} thread(s)): Lightning vs bare PyTorch (same losses, networks, "
+           "batch); fused Adam vs torch's default; ours vs SB3's train() at the same shapes", rows, args.out or None)
     return rows
 
 
