@@ -162,17 +162,24 @@ def native_bf16() -> bool | None:
     return any(probe() for probe in probes)
 
 
+def cpu_fields() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``flags``, ...);
+    empty where there is none."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
 @functools.cache
 def device_name(device: str) -> str:
     """The CPU's model (name, family and model number: virtual machines often name only the
     vendor) with its bf16 support, or the GPU's name: part of the cache key."""
     if device == "cuda":
         return torch.cuda.get_device_name()
-    fields = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            fields.setdefault(name.strip(), value.strip())
+    fields = cpu_fields()
     model = fields.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in fields:
         model += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"

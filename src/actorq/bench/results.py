@@ -33,6 +33,7 @@ import torch
 
 from actorq.atomic import write_text_atomically
 from actorq.bench import results_table
+from actorq.learner_precision import cpu_fields
 
 IMPLEMENTATIONS = ("actorq-fp32", "actorq-int8", "sb3")
 PEER = "sb3"
@@ -215,23 +216,11 @@ def run_ours(task: Task, bits: int, seed: int, budget: Budget, run_dir: Path) ->
 
 def machine(load_start: tuple[float, float, float]) -> dict:
     """CPU model and flags, the load average at the cell's start and end, the commit."""
-    info = cpu_info()
-    return {"cpu": info.get("model name"), "cores": os.cpu_count(), "flags": info.get("flags", "").split(),
+    info = cpu_fields()
+    cpu = f"{info.get('model name')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
+    return {"cpu": cpu, "cores": os.cpu_count(), "flags": info.get("flags", "").split(),
             "load_start": [round(x, 2) for x in load_start], "load_end": [round(x, 2) for x in os.getloadavg()],
             "commit": commit()}
-
-
-def cpu_info() -> dict[str, str]:
-    """The first processor's fields of ``/proc/cpuinfo`` (empty where there is none)."""
-    fields: dict[str, str] = {}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return fields
-    for line in text.split("\n\n")[0].splitlines():
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    return fields
 
 
 def commit() -> str | None:

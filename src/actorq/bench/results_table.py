@@ -124,10 +124,21 @@ def markdown(document: dict) -> str:
         lines += [f"![{Path(p).stem}]({p})" for p in entry["plots"]] + [""]
     lines += ["## Machines", ""]
     for item in document["machines"]:
-        lines.append(f"- {item['cpu']} ({item['cores']} cores; avx512_vnni: {item['avx512_vnni']}, "
-                     f"amx: {item['amx']}), commit {item['commit']}, load average at cell start "
+        lines.append(f"- {item['cpu']} ({item['cores']} cores; {item['flags']}), commit {item['commit']}, load average at cell start "
                      f"{item['load_start']}, at end {item['load_end']} ({item['cells']} cells)")
     return "\n".join(lines) + "\n"
+
+
+def _named_flags(flags: list[str]) -> str:
+    """Which of the flags that set int8 and bf16 speed the CPU has.
+
+    Example:
+        >>> _named_flags(["avx2", "avx512_vnni", "amx_tile"])
+        'avx2: yes, avx512_vnni: yes, avx512_bf16: no, amx: yes'
+    """
+    has = {"avx2": "avx2" in flags, "avx512_vnni": "avx512_vnni" in flags,
+           "avx512_bf16": "avx512_bf16" in flags, "amx": any(flag.startswith("amx") for flag in flags)}
+    return ", ".join(f"{name}: {'yes' if present else 'no'}" for name, present in has.items())
 
 
 def _machines(cells: list[dict]) -> list[dict]:
@@ -137,8 +148,7 @@ def _machines(cells: list[dict]) -> list[dict]:
         info = cell["machine"]
         key = (info["cpu"], info["commit"])
         entry = machines.setdefault(key, {"cpu": info["cpu"], "cores": info["cores"], "commit": info["commit"],
-                                          "avx512_vnni": "avx512_vnni" in info["flags"],
-                                          "amx": any(f.startswith("amx") for f in info["flags"]),
+                                          "flags": _named_flags(info["flags"]),
                                           "load_start": [], "load_end": [], "cells": 0})
         entry["load_start"].append(info["load_start"][0])
         entry["load_end"].append(info["load_end"][0])
