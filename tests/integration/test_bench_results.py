@@ -27,12 +27,20 @@ def test_results_cells_resume_and_table(tmp_path, capsys):
     plots = document["tasks"]["dqn_cartpole"]["plots"]
     assert sorted(plot.rsplit("_", 1)[-1] for plot in plots) == ["frames.png", "time.png"]
     assert all((out / plot).stat().st_size > 0 for plot in plots)
+    probe = json.loads((out / "regime" / "dqn_cartpole.json").read_text())  # the actors, probed once
+    assert set(probe["actor_fps"]) == {"fp32", "int8"} and min(probe["actor_fps"].values()) > 0
+    regime = document["tasks"]["dqn_cartpole"]["regime"]
+    assert regime["update_to_data"] == 0.5 and regime["learner_ups"] == rows[0]["updates_per_s"]
+    assert regime["measured_speedup"] is None  # no int8 cells in this run
+    assert "Regime map: actors alone" in (out / "results.md").read_text()
+    probed = (out / "regime" / "dqn_cartpole.json").stat().st_mtime_ns
 
     written = {name: path.stat().st_mtime_ns for name, path in cells.items()}
     capsys.readouterr()
     results.main(args)  # both finished: nothing runs again
     assert capsys.readouterr().out.count("done before, skipped") == 2
     assert {name: path.stat().st_mtime_ns for name, path in cells.items()} == written
+    assert (out / "regime" / "dqn_cartpole.json").stat().st_mtime_ns == probed
 
     peer = out / "cells" / "dqn_cartpole-sb3-seed0"
     (peer / "cell.json").unlink()  # a cell cut off before its done marker

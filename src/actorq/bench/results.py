@@ -6,7 +6,9 @@ budget; SB3 has no D4PG, so the D4PG tasks have no peer). Cells run one at a tim
 task, seed by seed, the three implementations in turn; each finished cell writes
 ``cells/NAME/cell.json`` (its done marker), so a rerun skips it and a cell cut off midway is
 run again from scratch. ``results.json``, ``results.md`` and the plots are rebuilt from the
-finished cells after every cell (``--summarize-only`` rebuilds them alone).
+finished cells after every cell (``--summarize-only`` rebuilds them alone). Before its cells,
+each task's actors are probed once for the regime map's prediction of the int8 rows
+(:mod:`actorq.bench.results_regime`).
 
 Usage (``tests/integration/test_bench_results.py`` runs the quick form; docs/results.md)::
 
@@ -32,7 +34,7 @@ from pathlib import Path
 import torch
 
 from actorq.atomic import write_text_atomically
-from actorq.bench import results_table
+from actorq.bench import results_regime, results_table
 from actorq.learner_precision import cpu_fields
 
 IMPLEMENTATIONS = ("actorq-fp32", "actorq-int8", "sb3")
@@ -240,10 +242,17 @@ def commit() -> str | None:
 
 
 def run_suite(cells: list[tuple[str, str, int]], budgets: dict[str, Budget], out_dir: Path,
-              max_cells: int | None = None) -> None:
-    """Runs the unfinished cells in order (at most ``max_cells`` of them), one line each with
-    the elapsed time and the ETA of the rest, and rebuilds the table after each."""
+              max_cells: int | None = None, quick: bool = False) -> None:
+    """Probes the actors of each task with actorq cells for the regime map (unless stored; a
+    minute at most each), then runs the unfinished
+    cells in order (at most ``max_cells`` of them), one line each with the elapsed time and the
+    ETA of the rest, and rebuilds the table after each."""
     sitting = time.perf_counter()
+    for task in dict.fromkeys(task for task, impl, _ in cells if impl != PEER):
+        if not results_regime.probe_path(out_dir, task).is_file():
+            print(f"{task}: probing the actors for the regime map (fp32, int8)", flush=True)
+            rates = results_regime.probe(SUITE[task], out_dir, quick)["actor_fps"]
+            print(f"{task}: actors alone {rates['fp32']:.0f} frames/s fp32, {rates['int8']:.0f} int8", flush=True)
     ran = 0
     for index, (task, impl, seed) in enumerate(cells):
         cell_dir = out_dir / "cells" / cell_name(task, impl, seed)
@@ -289,7 +298,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="torch threads of the learning process, the same for ours and SB3 (our actor "
                              "workers run one thread each)")
     parser.add_argument("--max-cells", type=int, default=None,
-                        help="run at most this many unfinished cells, then stop (a sitting of bounded length)")
+                        help="run at most this many unfinished cells, then stop (a sitting of bounded length; 0: only "
+                             "the tasks' regime probes)")
     parser.add_argument("--summarize-only", action="store_true", help="rebuild table and plots from finished cells")
     return parser.parse_args(argv)
 
@@ -314,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         threads = torch.get_num_threads()
         torch.set_num_threads(args.threads)
         try:
-            run_suite(plan(args.tasks, args.impls, args.seeds), budgets, out_dir, args.max_cells)
+            run_suite(plan(args.tasks, args.impls, args.seeds), budgets, out_dir, args.max_cells, args.quick)
         finally:
             torch.set_num_threads(threads)
     document = results_table.summarize(out_dir)

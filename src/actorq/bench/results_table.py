@@ -9,7 +9,9 @@ evaluations included); learner updates/s (time inside the update alone); frames/
 whole cell (frames / total wall-clock).
 
 The int8 test: int8 actors pass when the int8 cells' mean return at the budget is at least
-the lowest fp32 seed's (within the fp32 seed range, or better).
+the lowest fp32 seed's (within the fp32 seed range, or better). Below it, the regime map's
+prediction of int8 over fp32 frames/s beside the measured ratio
+(:mod:`actorq.bench.results_regime`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 from pathlib import Path
 
 from actorq.atomic import write_text_atomically
+from actorq.bench import results_regime
 from actorq.report import Run, fmt, mean_std, plot_experiment, time_to_target
 
 ORDER = ("actorq-fp32", "actorq-int8", "sb3")
@@ -96,6 +99,7 @@ def summarize(out_dir: Path) -> dict:
         document["tasks"][task] = {
             "env": group[0]["env"], "peer_final_return": target, "rows": rows,
             "int8_test": int8_verdict(returns.get("actorq-fp32", []), returns.get("actorq-int8", [])),
+            "regime": results_regime.task_regime(_probe(out_dir, task), group),
             "plots": [str(f.relative_to(out_dir)) for f in files],
         }
     write_text_atomically(out_dir / "results.json", json.dumps(document, indent=2))
@@ -120,7 +124,8 @@ def markdown(document: dict) -> str:
                 row["impl"], ",".join(map(str, row["seeds"])), mean_std(row["return"]), f"{row['frames']:.0f}",
                 reach, f"{row['wall_clock_s']:.0f}", fmt(row["updates_per_s"], ".0f"),
                 f"{row['frames_per_s']:.0f}"]) + " |")
-        lines += ["", f"int8 test (int8 mean >= lowest fp32 seed): {entry['int8_test']}", ""]
+        lines += ["", f"int8 test (int8 mean >= lowest fp32 seed): {entry['int8_test']}", "",
+                  results_regime.describe(entry.get("regime")), ""]
         lines += [f"![{Path(p).stem}]({p})" for p in entry["plots"]] + [""]
     lines += ["## Machines", ""]
     for item in document["machines"]:
@@ -158,6 +163,11 @@ def _machines(cells: list[dict]) -> list[dict]:
             values = entry[key]
             entry[key] = f"{min(values):.2f}-{max(values):.2f}"
     return list(machines.values())
+
+
+def _probe(out_dir: Path, task: str) -> dict | None:
+    path = results_regime.probe_path(out_dir, task)
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _mean(values: list[float | None]) -> float | None:

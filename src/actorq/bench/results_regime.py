@@ -1,0 +1,127 @@
+"""The regime map's prediction for each task of ``python -m actorq.bench results``: where int8
+actors can shorten the task's run on this machine, and where they cannot.
+
+A run goes at about ``min(actor frames/s, learner updates/s / update_to_data)``
+(:func:`actorq.bench.regime.predicted_frames_per_s`). Both sides are measured for the task
+as its cells run it:
+
+* **actors**: a pure-collection run of the task's own experiment (its overrides, the policy
+  acting from the first frame, learning starting only at the last batch), once with fp32
+  actors and once with int8 actors, same seed; the steady frames/s of its
+  ``collect/frames`` curve (:func:`actorq.bench.regime.steady_frames_per_s`);
+* **learner**: the fp32 cells' own updates/s (the learner's timer, actors running beside it).
+
+The probe is stored as ``regime/TASK.json`` in the out-dir and, like a cell, is not rerun once
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+from actorq.atomic import write_text_atomically
+from actorq.bench.regime import predicted_frames_per_s, steady_frames_per_s
+
+PROBE_FRAMES = 20_480  # 80 batches of 256: the rate settles well inside it for every task
+QUICK_PROBE_FRAMES = 2_048
+PRECISIONS = {"fp32": 32, "int8": 8}
+
+
+def probe_path(out_dir: Path, task: str) -> Path:
+    return Path(out_dir) / "regime" / f"{task}.json"
+
+
+def probe(task, out_dir: Path, quick: bool) -> dict:
+    """Measures the task's actor frames/s at fp32 and int8 (unless stored) and stores them."""
+    from actorq.bench.results import machine  # results imports this module
+
+    path = probe_path(out_dir, task.name)
+    if path.is_file():
+        return json.loads(path.read_text())
+    frames = QUICK_PROBE_FRAMES if quick else PROBE_FRAMES
+    load_start = os.getloadavg()
+    rates, update_to_data = {}, None
+    for name, bits in PRECISIONS.items():
+        run_dir = path.parent / f"{task.name}-{name}"
+        rates[name], update_to_data = collection_rate(task, bits, frames, run_dir)
+    result = {"task": task.name, "frames": frames, "actor_fps": rates, "update_to_data": update_to_data,
+              "machine": machine(load_start)}
+    write_text_atomically(path, json.dumps(result, indent=2))
+    return result
+
+
+def collection_rate(task, bits: int, frames: int, run_dir: Path) -> tuple[float, float]:
+    """Steady frames/s of a pure-collection run of ``task`` with ``bits``-bit actors, and the
+    task's updates per frame."""
+    from hydra import compose, initialize_config_module
+
+    from actorq.train import train
+
+    if run_dir.exists():  # a probe cut off midway
+        shutil.rmtree(run_dir)
+    overrides = [*task.ours, f"quant.bits={bits}", "seed=0", f"run_dir={run_dir}", f"actors.total_frames={frames}",
+                 "actors.init_random_frames=0", f"algo.learning_starts={frames - 1}",
+                 f"eval.every_frames={frames * 10}", "eval.episodes=1", "callbacks=no_checkpoint",
+                 "~callbacks.carbon", "trainer.enable_progress_bar=false"]
+    with initialize_config_module("actorq.conf", version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    train(cfg)
+    return steady_frames_per_s(run_dir / "tb"), float(cfg.algo.update_to_data)
+
+
+def prediction(actor_fps: dict[str, float], learner_ups: float, update_to_data: float) -> dict:
+    """The regime map's int8/fp32 frames/s for a run, and which side bounds the fp32 run.
+
+    Example:
+        >>> p = prediction({"fp32": 3000.0, "int8": 3300.0}, learner_ups=80.0, update_to_data=1.0)
+        >>> p["speedup"], p["bound"], p["learner_fps"]
+        (1.0, 'learner', 80.0)
+        >>> prediction({"fp32": 300.0, "int8": 450.0}, learner_ups=80.0, update_to_data=0.125)["speedup"]
+        1.5
+    """
+    fp32, int8 = (predicted_frames_per_s(actor_fps[p], learner_ups, update_to_data) for p in ("fp32", "int8"))
+    learner_fps = learner_ups / update_to_data
+    return {"speedup": int8 / fp32, "bound": "actors" if actor_fps["fp32"] < learner_fps else "learner",
+            "learner_fps": learner_fps}
+
+
+def task_regime(probe_result: dict | None, cells: list[dict]) -> dict | None:
+    """Prediction (from the probe and the fp32 cells' updates/s) beside the measurement (int8
+    cells' frames/s over fp32 cells', whole cells); None without a probe or fp32 cells."""
+    fp32 = [c for c in cells if c["impl"] == "actorq-fp32" and c.get("updates_per_s")]
+    if probe_result is None or not fp32:
+        return None
+    learner_ups = statistics.fmean(c["updates_per_s"] for c in fp32)
+    entry = {"actor_fps": probe_result["actor_fps"], "learner_ups": learner_ups,
+             "update_to_data": probe_result["update_to_data"],
+             **prediction(probe_result["actor_fps"], learner_ups, probe_result["update_to_data"])}
+    int8 = [c for c in cells if c["impl"] == "actorq-int8"]
+    entry["measured_speedup"] = (statistics.fmean(c["frames"] / c["wall_clock_s"] for c in int8)
+                                 / statistics.fmean(c["frames"] / c["wall_clock_s"] for c in fp32)) if int8 else None
+    return entry
+
+
+def describe(entry: dict | None) -> str:
+    """One Markdown line: both sides, the prediction and the measurement.
+
+    Example:
+        >>> describe({"actor_fps": {"fp32": 3000.0, "int8": 3300.0}, "learner_ups": 80.0,
+        ...           "update_to_data": 1.0, "speedup": 1.0, "bound": "learner", "learner_fps": 80.0,
+        ...           "measured_speedup": 0.97})  # doctest: +NORMALIZE_WHITESPACE
+        'Regime map: actors alone 3000 frames/s fp32, 3300 int8; learner 80 updates/s at 1 update per
+        frame = 80 frames/s, so the fp32 run is learner-bound: predicted int8/fp32 frames/s 1.00x,
+        measured 0.97x (whole cells, start-up and evaluations included)'
+    """
+    if entry is None:
+        return "Regime map: not probed yet (needs the task's probe and its fp32 cells)"
+    actors, measured = entry["actor_fps"], entry["measured_speedup"]
+    return (f"Regime map: actors alone {actors['fp32']:.0f} frames/s fp32, {actors['int8']:.0f} int8; learner "
+            f"{entry['learner_ups']:.0f} updates/s at {entry['update_to_data']:g} update per frame = "
+            f"{entry['learner_fps']:.0f} frames/s, so the fp32 run is {entry['bound']}-bound: predicted int8/fp32 "
+            f"frames/s {entry['speedup']:.2f}x, measured "
+            + ("— (no int8 cells yet)" if measured is None else
+               f"{measured:.2f}x (whole cells, start-up and evaluations included)"))
