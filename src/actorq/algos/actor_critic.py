@@ -46,6 +46,9 @@ class ActorCriticLearner(OffPolicyLearner):
         batch_critics: run two or more default critics as one batched network
             (:class:`~actorq.networks.CriticEnsemble`); same outputs and gradients, fewer ops,
             but slower on a CPU thread (measured), hence off by default.
+        compile_losses: ``torch.compile`` the critic and actor losses (forward and backward)
+            when training starts: up to ~10% more updates/s on one CPU thread once compiled,
+            after seconds of compiling (measured, docs/benchmarks.md), hence off by default.
         **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
     """
 
@@ -62,6 +65,7 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_out_dim: int = 1,
         critic_lr: float = 1e-3,
         batch_critics: bool = False,
+        compile_losses: bool = False,
         **kwargs: Any,
     ):
         super().__init__(spec, exploration, **kwargs)
@@ -76,10 +80,25 @@ class ActorCriticLearner(OffPolicyLearner):
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.actor_lr = actor_lr
         self.critic_lr = critic_lr
+        self.compile_losses = compile_losses
+        self._losses_compiled = False
 
     @property
     def behaviour_network(self) -> nn.Module:
         return self.actor
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self.compile_losses:
+            self.compile_the_losses()
+
+    def compile_the_losses(self) -> None:
+        """Replaces :meth:`critic_loss` and :meth:`actor_loss` on this learner with their
+        ``torch.compile`` d forms (compiled at their first call; idempotent)."""
+        if not self._losses_compiled:
+            self.critic_loss = torch.compile(self.critic_loss)
+            self.actor_loss = torch.compile(self.actor_loss)
+            self._losses_compiled = True
 
     @abstractmethod
     def make_actor(self, spec: EnvSpec, hidden: Sequence[int]) -> nn.Module:

@@ -16,6 +16,10 @@ filled with random transitions. ``ours_vs_sb3`` is the Lightning side's updates/
 always has CartPole's (obs 4, 2 actions). All sides run interleaved, each keeps its best round,
 with one intra-op thread by default (``--threads``).
 
+``--compile`` adds a side: the Lightning learner with ``compile_losses`` (``torch.compile``
+of the critic and actor losses, forward and backward), ``compile_gain`` its updates/s over
+the eager Lightning side's (TD3 and SAC; its first round pays for compiling, so give it 2+).
+
 ``--precision auto`` asks another question: does ``trainer.precision=auto``
 (:mod:`actorq.learner_precision`) pick the faster learner here? It times the same learner
 under a real Trainer at ``32-true`` and at ``bf16-mixed`` (interleaved rounds), lets
@@ -26,7 +30,7 @@ critics, batch 64) and a 64-wide one.
 Usage (``tests/integration/test_bench_smoke.py`` and ``tests/unit/test_learner_precision.py`` run the quick forms)::
 
     python -m actorq.bench learner [--algos td3 sac dqn] [--env-shape halfcheetah] [--hidden 256] [--quick]
-                                   [--out FILE.json]
+                                   [--compile] [--out FILE.json]
     python -m actorq.bench learner --precision auto [--quick] [--out FILE.json]
 """
 
@@ -212,6 +216,13 @@ def lightning_updates_per_s(learner, experience: list[TensorDict], precision: st
     return clock.updates_per_s()
 
 
+def with_compiled_losses(learner):
+    """A copy of ``learner`` that compiles its losses when training starts (``compile_losses``)."""
+    learner = copy.deepcopy(learner)
+    learner.compile_losses = True
+    return learner
+
+
 def bare_updates_per_s(learner, experience: list[TensorDict], fused: bool = True) -> float:
     """The algorithm's own ``update`` on the same networks and replay, without Lightning:
     plain ``torch.optim`` optimizers and ``loss.backward()`` stand in for the Trainer's.
@@ -256,6 +267,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--frames", type=int, default=None, help="frames (= updates) per batch (default 200; auto: 64)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the Lightning side with compile_losses (torch.compile of the losses; "
+                             "actor-critic algorithms; needs 2+ rounds, the first pays for compiling)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--out", default=None, help="JSON output ('' for none; default bench-results/learner.json, "
                         "auto: bench-results/learner-precision.json)")
@@ -290,10 +304,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             experience = fake_experience(spec, args.batches, args.frames)
             peer = None if args.peer == "none" else make_sb3_peer(
                 algo, learner, args.env_shape, [hidden] * args.layers, [args.critic_hidden or hidden] * 2, seed=0)
-            bare = lightning = unfused = sb3 = 0.0
+            bare = lightning = unfused = sb3 = compiled = 0.0
+            compile_side = args.compile and hasattr(learner, "compile_losses")
             for _ in range(args.rounds):  # interleaved; each side keeps its best round
                 bare = max(bare, bare_updates_per_s(copy.deepcopy(learner), experience))
                 lightning = max(lightning, lightning_updates_per_s(copy.deepcopy(learner), experience))
+                if compile_side:  # its first round pays for compiling; the best round is a compiled one
+                    compiled = max(compiled, lightning_updates_per_s(with_compiled_losses(learner), experience))
                 unfused = max(unfused, bare_updates_per_s(copy.deepcopy(learner), experience, fused=False))
                 if peer is not None:
                     sb3 = max(sb3, sb3_updates_per_s(peer, args.frames, args.frames * (args.batches - 1)))
@@ -301,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                    "batch": args.batch_size, "bare_updates_per_s": bare, "lightning_updates_per_s": lightning,
                    "ratio": lightning / bare, "target": TARGET_RATIO,
                    "bare_unfused_adam_updates_per_s": unfused, "fused_adam_gain": bare / unfused}
+            if compile_side:
+                row.update({"compiled_updates_per_s": compiled, "compile_gain": compiled / lightning})
             if peer is not None:
                 row.update({"sb3_updates_per_s": sb3, "ours_vs_sb3": lightning / sb3,
                             "target_vs_sb3": TARGET_VS_SB3.get(algo)})
