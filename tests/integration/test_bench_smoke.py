@@ -25,6 +25,14 @@ def test_benchmark_quick_run_writes_json(module, tmp_path):
             assert row["ceiling_vs_fp32"] == pytest.approx((fp32["policy_env_us"] + fp32["infer_us"]) / zero_overhead_us)
 
 
+def test_learner_benchmark_times_compiled_losses_of_actor_critic_learners():
+    rows = learner.main(["--quick", "--compile", "--algos", "td3", "dqn", "--peer", "none", "--out", ""])
+    td3, dqn = rows
+    assert td3["compiled_updates_per_s"] > 0
+    assert td3["compile_gain"] == pytest.approx(td3["compiled_updates_per_s"] / td3["lightning_updates_per_s"])
+    assert "compiled_updates_per_s" not in dqn  # DQN has no compile_losses
+
+
 def test_learner_benchmark_refuses_too_few_frames_for_one_batch(capsys):
     with pytest.raises(SystemExit):
         learner.main(["--frames", "10", "--batches", "3", "--batch-size", "256", "--out", ""])
