@@ -47,8 +47,9 @@ class ActorCriticLearner(OffPolicyLearner):
             (:class:`~actorq.networks.CriticEnsemble`); same outputs and gradients, fewer ops,
             but slower on a CPU thread (measured), hence off by default.
         compile_losses: ``torch.compile`` the critic and actor losses (forward and backward)
-            when training starts: up to ~10% more updates/s on one CPU thread once compiled,
-            after seconds of compiling (measured, docs/benchmarks.md), hence off by default.
+            when training starts: after seconds of compiling, ~10% more updates/s for SAC on
+            one CPU thread and none or fewer for TD3 (measured, docs/benchmarks.md), hence off
+            by default.
         **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
     """
 
