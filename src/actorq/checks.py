@@ -38,7 +38,7 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
                      "eval.every_frames", "eval.episodes")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
 BOOLEANS = ("actors.restart_on_failure", "actors.sync", "actors.lean_envs", "replay.prioritized", "replay.shared",
-            "replay.checkpoint")
+            "replay.checkpoint", "algo.double", "algo.batch_critics", "algo.critic_layer_norm", "algo.compile_losses")
 ACTOR_BACKENDS = ("process", "ray")
 AUTO = "auto"
 """The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""

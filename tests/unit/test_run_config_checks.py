@@ -41,6 +41,7 @@ CASES = [
     ("eval.episodes=0", "eval.episodes must be positive, got 0"),
     ("replay.prioritized=yes", "replay.prioritized must be true or false, got 'yes'"),
     ("actors.lean_envs=maybe", "actors.lean_envs must be true or false, got 'maybe'"),
+    ("algo.double=no", "algo.double must be true or false, got 'no'"),  # a truthy string, else
     # keys nothing reads with the run's other settings
     ("replay.alpha=-1", "replay.alpha=-1 needs replay.prioritized=true: nothing reads it otherwise"),
     ("replay.beta=0.5", "replay.beta=0.5 needs replay.prioritized=true"),
@@ -73,6 +74,13 @@ def test_bad_value_is_refused_before_any_actor_starts(make_cfg, override, messag
 def test_actor_critic_learning_rates_are_checked(make_cfg, algo):
     cfg = make_cfg(f"algo={algo}", "env=pendulum", *TINY, "algo.critic_lr=0")
     with pytest.raises(ConfigError, match="critic_lr must be positive, got 0"):
+        train(cfg)
+
+
+@pytest.mark.parametrize("key", ["batch_critics", "critic_layer_norm", "compile_losses"])
+def test_actor_critic_switches_are_checked(make_cfg, key):
+    cfg = make_cfg("algo=td3", "env=pendulum", *TINY, f"algo.{key}=1")
+    with pytest.raises(ConfigError, match=f"algo.{key} must be true or false, got 1"):
         train(cfg)
 
 
