@@ -23,7 +23,8 @@ def test_results_cells_resume_and_table(tmp_path, capsys):
         assert cell["machine"]["cpu"] and cell["machine"]["load_end"]
     rows = document["tasks"]["dqn_cartpole"]["rows"]
     assert [row["impl"] for row in rows] == ["actorq-fp32", "sb3"]
-    assert "| sb3 | 0 |" in (out / "results.md").read_text()
+    table = (out / "results.md").read_text()
+    assert "| sb3 | 0 |" in table and "population standard deviation" in table
     plots = document["tasks"]["dqn_cartpole"]["plots"]
     assert sorted(plot.rsplit("_", 1)[-1] for plot in plots) == ["frames.png", "time.png"]
     assert all((out / plot).stat().st_size > 0 for plot in plots)
