@@ -43,7 +43,6 @@ class ExplorationPolicy(nn.Module):
         if stochastic and not hasattr(network, "sample"):
             raise ValueError(f"a stochastic policy needs a network with sample(), got {type(network).__name__}")
         self.network = network
-        self.env_spec = spec  # not `spec`: TorchRL reads a policy's `spec` as its output spec
         self.stochastic = stochastic
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
