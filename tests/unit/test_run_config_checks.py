@@ -41,7 +41,7 @@ CASES = [
     ("eval.episodes=0", "eval.episodes must be positive, got 0"),
     ("replay.prioritized=yes", "replay.prioritized must be true or false, got 'yes'"),
     ("actors.lean_envs=maybe", "actors.lean_envs must be true or false, got 'maybe'"),
-    ("algo.double=no", "algo.double must be true or false, got 'no'"),  # a truthy string, else
+    ("algo.double=no", "algo.double must be true or false, got 'no'"),  # unchecked, 'no' is a truthy string: double DQN on
     # keys nothing reads with the run's other settings
     ("replay.alpha=-1", "replay.alpha=-1 needs replay.prioritized=true: nothing reads it otherwise"),
     ("replay.beta=0.5", "replay.beta=0.5 needs replay.prioritized=true"),

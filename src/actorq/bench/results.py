@@ -24,7 +24,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ import torch
 
 from actorq.atomic import write_text_atomically
 from actorq.bench import results_regime, results_table
-from actorq.learner_precision import cpu_fields
+from actorq.bench.results_machine import machine
 
 IMPLEMENTATIONS = ("actorq-fp32", "actorq-int8", "sb3")
 PEER = "sb3"
@@ -211,31 +210,6 @@ def run_ours(task: Task, bits: int, seed: int, budget: Budget, run_dir: Path) ->
             "updates": summary["learner_steps"], "updates_per_s": summary["learner_updates_per_s"],
             "curve": [{"frames": int(f), "wall_s": round(s, 2), "return": r} for s, f, r in run.evals],
             "overrides": overrides}
-
-
-# --- the machine -----------------------------------------------------------------------
-
-
-def machine(load_start: tuple[float, float, float]) -> dict:
-    """CPU model and flags, the load average at the cell's start and end, the commit."""
-    info = cpu_fields()
-    cpu = f"{info.get('model name')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
-    return {"cpu": cpu, "cores": os.cpu_count(), "flags": info.get("flags", "").split(),
-            "load_start": [round(x, 2) for x in load_start], "load_end": [round(x, 2) for x in os.getloadavg()],
-            "commit": commit()}
-
-
-def commit() -> str | None:
-    """The source tree's commit (``+dirty`` with uncommitted changes), or None outside a checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
 
 
 # --- the suite ---------------------------------------------------------------------------

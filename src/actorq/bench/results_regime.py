@@ -25,6 +25,7 @@ from pathlib import Path
 
 from actorq.atomic import write_text_atomically
 from actorq.bench.regime import predicted_frames_per_s, steady_frames_per_s
+from actorq.bench.results_machine import machine
 
 PROBE_FRAMES = 20_480  # 80 batches of 256: the rate settles well inside it for every task
 QUICK_PROBE_FRAMES = 2_048
@@ -37,8 +38,6 @@ def probe_path(out_dir: Path, task: str) -> Path:
 
 def probe(task, out_dir: Path, quick: bool) -> dict:
     """Measures the task's actor frames/s at fp32 and int8 (unless stored) and stores them."""
-    from actorq.bench.results import machine  # results imports this module
-
     path = probe_path(out_dir, task.name)
     if path.is_file():
         return json.loads(path.read_text())
