@@ -10,7 +10,8 @@ evaluations included); learner updates/s (time inside the update alone); frames/
 whole cell (frames / total wall-clock).
 
 The int8 test: int8 actors pass when the int8 cells' mean return at the budget is at least
-the lowest fp32 seed's (within the fp32 seed range, or better). Below it, the regime map's
+the lowest fp32 seed's (within the fp32 seed range, or better); with fewer than three seeds a
+side it gives no verdict. Below it, the regime map's
 prediction of int8 over fp32 frames/s beside the measured ratio
 (:mod:`actorq.bench.results_regime`).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from actorq.atomic import write_text_atomically
 from actorq.bench import results_regime
-from actorq.report import Run, fmt, mean_std, plot_experiment, time_to_target
+from actorq.report import MIN_SEEDS, Run, fmt, mean_std, plot_experiment, time_to_target
 
 ORDER = ("actorq-fp32", "actorq-int8", "sb3")
 
@@ -41,18 +42,19 @@ def as_run(cell: dict) -> Run:
 
 
 def int8_verdict(fp32: list[float], int8: list[float]) -> str:
-    """Whether int8 actors reach the fp32 return within seed noise.
+    """Whether int8 actors reach the fp32 return within seed noise; no verdict below
+    `MIN_SEEDS` seeds a side, where the lowest fp32 seed is one draw, not a noise band.
 
     Example:
         >>> int8_verdict([400.0, 480.0, 500.0], [450.0, 390.0, 470.0])
         'pass: int8 mean 436.7 >= lowest fp32 seed 400.0'
+        >>> int8_verdict([400.0, 480.0, 500.0], [300.0, 390.0, 350.0])
+        'fail: int8 mean 346.7 < lowest fp32 seed 400.0'
         >>> int8_verdict([400.0, 480.0], [300.0])
-        'fail: int8 mean 300.0 < lowest fp32 seed 400.0'
-        >>> int8_verdict([400.0], [])
-        '—'
+        '— (2 fp32 and 1 int8 seeds; a verdict needs 3 a side)'
     """
-    if not fp32 or not int8:
-        return "—"
+    if min(len(fp32), len(int8)) < MIN_SEEDS:
+        return f"— ({len(fp32)} fp32 and {len(int8)} int8 seeds; a verdict needs {MIN_SEEDS} a side)"
     mean, low = statistics.fmean(int8), min(fp32)
     return f"pass: int8 mean {mean:.1f} >= lowest fp32 seed {low:.1f}" if mean >= low else \
         f"fail: int8 mean {mean:.1f} < lowest fp32 seed {low:.1f}"
