@@ -134,6 +134,38 @@ def test_min_positive_ignores_zero_leaves_and_is_inf_when_all_are_zero():
         assert tree.total == 5.0
 
 
+@pytest.mark.parametrize("fanout", FANOUTS)
+def test_min_positive_follows_its_leaf_when_it_rises_or_falls(fanout):
+    """Every batch raises or zeroes the smallest leaf (so each level's minimum must be found
+    again among the siblings) and lowers others, in a tree of several levels."""
+    rng = np.random.default_rng(fanout)
+    capacity = 300
+    tree = SumTree(capacity, fanout, top_size=2)
+    leaves = (rng.random(capacity) + 0.5).astype(np.float32)
+    tree.update(np.arange(capacity), leaves)
+    for _ in range(100):
+        smallest = np.flatnonzero(leaves == leaves[leaves > 0].min())
+        indices = np.concatenate([smallest, rng.integers(0, capacity, 8)])
+        values = (rng.random(len(indices)) * 2).astype(np.float32)
+        values[rng.random(len(indices)) < 0.1] = 0.0
+        tree.update(indices, values)
+        for index, value in zip(indices, values):
+            leaves[index] = value
+        assert tree.min_positive == leaves[leaves > 0].min()
+
+
+def test_update_returns_the_largest_value_and_rejects_negative_or_non_finite_ones():
+    tree = SumTree(capacity=10, fanout=2)
+    assert tree.update(np.array([1, 2]), np.array([3.0, 0.5])) == 3.0
+    assert tree.update(np.array([1, 2]), np.array([3.0, 0.5]), offset=1.0, power=2.0) == 3.0
+    assert tree.values(np.array([1, 2])).tolist() == [16.0, 2.25]  # (value + offset) ** power
+    for bad in (-1.0, np.nan, np.inf):
+        with pytest.raises(ValueError, match="finite and non-negative"):
+            tree.update(np.array([3, 4]), np.array([1.0, bad]))
+        assert tree.values(np.array([3, 4])).tolist() == [0.0, 0.0]  # nothing written
+        assert tree.total == 18.25
+
+
 def test_update_rejects_an_index_out_of_range_and_writes_nothing():
     tree = SumTree(capacity=10, fanout=4, top_size=1)
     tree.update(np.array([1]), np.array([2.0]))

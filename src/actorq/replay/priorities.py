@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from actorq.replay.sumtree import SumTree
+from actorq.replay.sumtree import InvalidValue, SumTree
 
 
 class Priorities:
@@ -84,14 +84,15 @@ class Priorities:
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Sets the priorities (e.g. absolute TD errors, non-negative) of ``slots``."""
-        priorities = np.asarray(priorities, dtype=np.float64)
         if not len(priorities):
             return
-        lowest, highest = priorities.min(), priorities.max()
-        if not (lowest >= 0 and highest < np.inf):  # also false for NaN
-            raise ValueError("priorities must be finite and non-negative")
-        self.tree.update(slots, (priorities + self.eps) ** self.alpha)  # first: it checks the slots
-        self.max_priority = max(self.max_priority, float(highest) + self.eps)
+        try:  # the tree checks the slots, then the priorities, before writing any
+            highest = self.tree.update(slots, priorities, offset=self.eps, power=self.alpha)
+        except InvalidValue as error:
+            raise ValueError(
+                f"priorities must be finite and non-negative, got {error.value} for slot {error.index}"
+            ) from None
+        self.max_priority = max(self.max_priority, highest + self.eps)
 
     def draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Draws ``batch_size`` slots, one from each of ``batch_size`` equal slices of the

@@ -8,7 +8,8 @@ tracks the minimum positive leaf, which importance-sampling weights are normalis
 
 Example:
     >>> tree = SumTree(capacity=5, fanout=4)
-    >>> tree.update(np.arange(5), np.array([1.0, 0.0, 2.0, 0.0, 1.0]))
+    >>> tree.update(np.arange(5), np.array([1.0, 0.0, 2.0, 0.0, 1.0]))  # the largest value
+    2.0
     >>> float(tree.total), float(tree.min_positive)
     (4.0, 1.0)
     >>> tree.find(np.array([0.5, 1.5, 3.5])).tolist()  # prefix sums fall into leaves 0, 2, 4
@@ -24,6 +25,14 @@ import numpy as np
 
 CACHE_LINE_BYTES = 64
 _LINE_FLOATS = CACHE_LINE_BYTES // np.dtype(np.float32).itemsize
+
+
+class InvalidValue(ValueError):
+    """A value for a leaf that is negative, NaN or infinite."""
+
+    def __init__(self, value: float, index: int):
+        super().__init__(f"sum tree values must be finite and non-negative, got {value} for leaf {index}")
+        self.value, self.index = value, index
 
 
 class SumTree:
@@ -49,6 +58,7 @@ class SumTree:
     Example:
         >>> tree = SumTree(capacity=3, fanout=2, top_size=1)
         >>> tree.update(np.array([0, 2]), np.array([1.0, 3.0]))
+        3.0
         >>> tree.values(np.array([0, 1, 2])).tolist()
         [1.0, 0.0, 3.0]
         >>> tree.depth
@@ -103,15 +113,19 @@ class SumTree:
         """Leaf values at ``indices``."""
         return self._leaves[indices]
 
-    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
-        """Sets leaves ``indices`` to ``values`` (non-negative, stored as float32) and
+    def update(self, indices: np.ndarray, values: np.ndarray, offset: float = 0.0, power: float = 1.0) -> float:
+        """Sets leaves ``indices`` to ``(values + offset) ** power`` (stored as float32) and
         refreshes their ancestors, each once per run of neighbours that share it (a range of
         ring-buffer slots costs little more than one slot). With repeated indices the last
-        value wins.
+        value wins. Nothing is written unless every index and value is valid.
 
         Args:
             indices: leaves to set, in ``[0, capacity)``.
-            values: their new values, one per index.
+            values: one per index, finite and non-negative.
+            offset, power: the transform of each value into its leaf; ``offset >= 0``.
+
+        Returns:
+            The largest of ``values`` (``-inf`` for none).
         """
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         values = np.ascontiguousarray(values, dtype=np.float64)
@@ -120,13 +134,17 @@ class SumTree:
                 f"sum tree update needs 1-d indices and values of one length, got shapes "
                 f"{indices.shape} and {values.shape}"
             )
-        # The compiled loop checks the indices itself, since nothing checks its writes.
-        total, min_positive, bad = _kernels().refresh(
-            self._sums, self._mins, self._starts, self._shift, self.capacity, indices, values
+        # The compiled loop checks its input itself, since nothing checks its writes.
+        total, min_positive, highest, bad_index, bad_value = _kernels().refresh(
+            self._sums, self._mins, self._starts, self._shift, self.capacity, indices, values,
+            offset, power,
         )
-        if bad >= 0:
-            raise IndexError(f"sum tree index {indices[bad]} is outside [0, {self.capacity})")
+        if bad_index >= 0:
+            raise IndexError(f"sum tree index {indices[bad_index]} is outside [0, {self.capacity})")
+        if bad_value >= 0:
+            raise InvalidValue(values[bad_value], indices[bad_value])
         self._total, self._min_positive = total, min_positive
+        return highest
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
         """Returns, for each target ``t`` in ``[0, total)``, the leaf ``i`` with
@@ -150,12 +168,12 @@ def _kernels() -> SimpleNamespace:
     numba is imported only here, so that processes which import the replay package without
     building a tree (actor workers, for one) do not pay for it.
     """
-    # The sums and minima of sibling groups may be taken in any order (as SIMD lanes do);
-    # rounding then differs from a left-to-right sum in the last bits of a float64, which
-    # the float32 node cannot hold anyway. The search keeps its order: it compares running
-    # sums with targets.
+    # The sums of sibling groups may be taken in any order (as SIMD lanes do); rounding
+    # then differs from a left-to-right sum in the last bits of a float64, which the float32
+    # node cannot hold anyway. No "nnan": the refresh checks its values for NaN. The search
+    # keeps its order: it compares running sums with targets.
     return SimpleNamespace(
-        refresh=_compile(_refresh, fastmath={"reassoc", "nsz", "nnan"}), search=_compile(_search)
+        refresh=_compile(_refresh, fastmath={"reassoc", "nsz"}), search=_compile(_search)
     )
 
 
@@ -171,22 +189,55 @@ def _compile(function, **options):
         return numba.njit(**options)(function)
 
 
-def _refresh(sums, mins, starts, shift, capacity, indices, values):
-    """Writes the leaves, recomputes the sum and positive minimum of each of their
-    ancestors, level by level, and returns the tree's ``(total, min_positive, -1)``; or,
-    with nothing written, ``(0, 0, j)`` when ``indices[j]`` is the first one outside
-    ``[0, capacity)``.
+def _refresh(sums, mins, starts, shift, capacity, indices, values, offset, power):
+    """Writes the leaves ``(values + offset) ** power`` and brings their ancestors' sums
+    and minima up to date. Returns ``(total, min_positive, highest value, -1, -1)``; or,
+    with nothing written, ``(0, 0, 0, j, -1)`` when ``indices[j]`` is the first index outside
+    ``[0, capacity)`` and ``(0, 0, 0, -1, j)`` when ``values[j]`` is the first value that is
+    negative or not finite.
 
-    A parent shared by consecutive nodes in the batch is recomputed once.
+    A minimum changes with a leaf only where the leaf goes below it, or was it and rises:
+    so a leaf's change climbs as far as it moves a minimum (rarely past its own group) and
+    a group's minimum is recomputed only when its smallest child rose. Sums are recomputed
+    from the children, level by level, a parent shared by consecutive nodes once.
     """
-    for j in range(len(indices)):
+    count, fanout, inf = len(indices), 1 << shift, np.float32(np.inf)
+    highest = -np.inf
+    for j in range(count):
         if indices[j] < 0 or indices[j] >= capacity:
-            return 0.0, 0.0, j
+            return 0.0, 0.0, 0.0, j, -1
+        if not (values[j] >= 0 and values[j] < np.inf):  # false for NaN too
+            return 0.0, 0.0, 0.0, -1, j
+        highest = max(highest, values[j])
+    top, first_min = len(starts) - 2, starts[1]  # the top level's number; mins start at level 1
+    for j in range(count):
+        node = indices[j]
+        leaf = np.float32(values[j] + offset)
+        if power != 1.0:
+            leaf = leaf ** np.float32(power)
+        before = sums[node] if sums[node] > 0 else inf
+        after = leaf if leaf > 0 else inf
+        sums[node] = leaf
+        level = 1
+        while level <= top and after != before:
+            node >>= shift
+            slot = starts[level] - first_min + node
+            smallest = mins[slot]
+            if after < smallest:
+                mins[slot], before = after, smallest
+            elif before == smallest:  # the smallest child rose: its group decides
+                first, after = starts[level - 1] + (node << shift), inf
+                for child in range(first, first + fanout):
+                    if level == 1:  # a leaf counts only if positive
+                        after = min(after, sums[child] if sums[child] > 0 else inf)
+                    else:
+                        after = min(after, mins[child - first_min])
+                mins[slot], before = after, smallest
+            else:
+                break
+            level += 1
     nodes = indices.copy()
-    for j in range(len(indices)):
-        sums[indices[j]] = values[j]
-    count, fanout, inf = len(nodes), 1 << shift, np.float32(np.inf)
-    for level in range(1, len(starts) - 1):
+    for level in range(1, top + 1):
         below, here = starts[level - 1], starts[level]
         kept = 0
         for j in range(count):
@@ -196,28 +247,22 @@ def _refresh(sums, mins, starts, shift, capacity, indices, values):
                 kept += 1
         count = kept
         for parent in nodes[:count]:
-            first = below + (parent << shift)
-            total, smallest = 0.0, inf
-            # Two loops, not one with a branch inside: each then compiles to a few SIMD
-            # instructions per sibling group.
-            if level == 1:  # a leaf counts towards the minimum only if positive
-                for child in range(first, first + fanout):
+            first, total = below + (parent << shift), np.float32(0.0)
+            if fanout == 16:  # the default, a constant here so that it compiles to SIMD code
+                for child in range(first, first + 16):
                     total += sums[child]
-                    smallest = min(smallest, sums[child] if sums[child] > 0 else inf)
             else:
                 for child in range(first, first + fanout):
                     total += sums[child]
-                    smallest = min(smallest, mins[child - starts[1]])
             sums[here + parent] = total
-            mins[here - starts[1] + parent] = smallest
     total, smallest = 0.0, inf
     for node in range(starts[-2], starts[-1]):
         total += sums[node]
-        if len(starts) == 2:  # the top level is the leaves
+        if top == 0:  # the top level is the leaves
             smallest = min(smallest, sums[node] if sums[node] > 0 else inf)
         else:
-            smallest = min(smallest, mins[node - starts[1]])
-    return total, float(smallest), -1
+            smallest = min(smallest, mins[node - first_min])
+    return total, float(smallest), highest, -1, -1
 
 
 def _search(sums, starts, shift, targets):
