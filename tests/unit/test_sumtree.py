@@ -54,7 +54,8 @@ def test_find_matches_brute_force_for_any_capacity(fanout, capacity):
 @pytest.mark.parametrize("fanout", [4, 16])
 def test_find_matches_brute_force_through_a_flat_top_level_at_exact_boundaries(fanout):
     """Targets on the boundaries between leaves (integer prefix sums) belong to the leaf on
-    the right, in the flat top level's binary search as in the levels below it."""
+    the right, in the flat top level's search as in the levels below it, whatever the
+    targets' order."""
     capacity = 5000
     tree = SumTree(capacity, fanout, top_size=256)
     assert tree.depth >= 2  # a searched top level of many nodes, and levels below it
@@ -62,6 +63,8 @@ def test_find_matches_brute_force_through_a_flat_top_level_at_exact_boundaries(f
     tree.update(np.arange(capacity), leaves)
     targets = np.arange(int(leaves.sum()), dtype=np.float64)
     np.testing.assert_array_equal(tree.find(targets), brute_force_find(leaves, targets))
+    shuffled = np.random.default_rng(fanout).permutation(targets)  # not in increasing order
+    np.testing.assert_array_equal(tree.find(shuffled), brute_force_find(leaves, shuffled))
 
 
 def test_fanouts_agree_on_every_answer():

@@ -39,8 +39,9 @@ class SumTree:
     """Sums and minima of ``capacity`` float32 leaves, grouped ``fanout`` children per node.
 
     Levels are built bottom-up until one has at most ``top_size`` nodes. That top level is
-    searched with its prefix sums and a binary search, which for a few hundred nodes is
-    cheaper than descending the last levels one by one. Every lower level is padded to a
+    searched with its prefix sums (a scan onwards from the previous target, or a binary
+    search), which for a few hundred nodes is cheaper than descending the last levels one
+    by one. Every lower level is padded to a
     whole number of sibling groups, so any capacity works, not only powers of the fanout.
     Parents are recomputed from their children on each update rather than adjusted by
     deltas, so rounding errors never accumulate.
@@ -268,9 +269,9 @@ def _refresh(sums, mins, starts, shift, capacity, indices, values, offset, power
 def _search(sums, starts, shift, targets):
     """The leaf holding each target; overwrites ``targets``.
 
-    First the node of the flat top level holding each target, by binary search on that
-    level's float64 prefix sums, after clamping the target into ``[0, total)`` so that the
-    node found is positive. Then down the levels below: a target's child is the number of
+    First the node of the flat top level holding each target, by a scan (or, for a target
+    below the one before it, a binary search) of that level's float64 prefix sums, after
+    clamping the target into ``[0, total)`` so that the node found is positive. Then down the levels below: a target's child is the number of
     its siblings whose running sum (in float64) ends at or before the target. The loops
     run child by child across all targets, so that the running sums of different targets
     proceed side by side and their cache misses overlap; target by target, each would
@@ -287,11 +288,18 @@ def _search(sums, starts, shift, targets):
     last = np.nextafter(prefix[-1], 0.0)
     count, fanout = len(targets), 1 << shift
     nodes = np.empty(count, np.int64)
+    node, size = 0, end - top
     for j in range(count):
         target = min(targets[j] if targets[j] > 0 else 0.0, last)  # NaN becomes 0 too
-        # Bounded even for an all-zero level, since nothing here checks bounds.
-        nodes[j] = min(np.searchsorted(prefix, target, side="right") - 1, end - top - 1)
-        targets[j] = target - prefix[nodes[j]]
+        # The last node whose prefix sum is at or before the target. Sampled targets come
+        # in increasing order, so a scan onwards from the last one's node finds it in a step
+        # or two, with branches the CPU predicts; any other target is searched for.
+        if target < prefix[node]:
+            node = min(np.searchsorted(prefix, target, side="right") - 1, size - 1)
+        while node < size - 1 and prefix[node + 1] <= target:  # bounded for an all-zero level
+            node += 1
+        nodes[j] = node
+        targets[j] = target - prefix[node]
     running, before = np.empty(count), np.empty(count)
     for level in range(len(starts) - 3, -1, -1):
         firsts = starts[level] + (nodes << shift)
