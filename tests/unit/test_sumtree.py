@@ -169,6 +169,15 @@ def test_update_returns_the_largest_value_and_rejects_negative_or_non_finite_one
         assert tree.total == 18.25
 
 
+@pytest.mark.parametrize("fanout", [4, 16])
+def test_a_parent_is_its_childrens_sum_rounded_once_to_float32(fanout):
+    """Summed in float32, 1 + 2^-24 + 2^-24 + ... would stay 1 at every step."""
+    tree = SumTree(capacity=fanout, fanout=fanout, top_size=1)
+    leaves = np.array([1.0] + [2.0**-24] * (fanout - 1))
+    tree.update(np.arange(fanout), leaves)
+    assert tree.total == np.float32(leaves.sum()) > 1.0
+
+
 def test_update_rejects_an_index_out_of_range_and_writes_nothing():
     tree = SumTree(capacity=10, fanout=4, top_size=1)
     tree.update(np.array([1]), np.array([2.0]))

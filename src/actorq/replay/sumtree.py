@@ -248,7 +248,7 @@ def _refresh(sums, mins, starts, shift, capacity, indices, values, offset, power
                 kept += 1
         count = kept
         for parent in nodes[:count]:
-            first, total = below + (parent << shift), np.float32(0.0)
+            first, total = below + (parent << shift), 0.0
             if fanout == 16:  # the default, a constant here so that it compiles to SIMD code
                 for child in range(first, first + 16):
                     total += sums[child]
