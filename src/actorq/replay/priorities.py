@@ -86,7 +86,7 @@ class Priorities:
         """Sets the priorities (e.g. absolute TD errors, non-negative) of ``slots``."""
         if not len(priorities):
             return
-        try:  # the tree checks the slots, then the priorities, before writing any
+        try:  # the tree checks every slot and priority before it writes any
             highest = self.tree.update(slots, priorities, offset=self.eps, power=self.alpha)
         except InvalidValue as error:
             raise ValueError(

@@ -41,8 +41,8 @@ class SumTree:
     Levels are built bottom-up until one has at most ``top_size`` nodes. That top level is
     searched with its prefix sums (a scan onwards from the previous target, or a binary
     search), which for a few hundred nodes is cheaper than descending the last levels one
-    by one. Every lower level is padded to a
-    whole number of sibling groups, so any capacity works, not only powers of the fanout.
+    by one. Every lower level is padded to a whole number of sibling groups, so any
+    capacity works, not only powers of the fanout.
     Parents are recomputed from their children on each update rather than adjusted by
     deltas, so rounding errors never accumulate.
 
@@ -271,11 +271,11 @@ def _search(sums, starts, shift, targets):
 
     First the node of the flat top level holding each target, by a scan (or, for a target
     below the one before it, a binary search) of that level's float64 prefix sums, after
-    clamping the target into ``[0, total)`` so that the node found is positive. Then down the levels below: a target's child is the number of
-    its siblings whose running sum (in float64) ends at or before the target. The loops
-    run child by child across all targets, so that the running sums of different targets
-    proceed side by side and their cache misses overlap; target by target, each would
-    wait for the last.
+    clamping the target into ``[0, total)`` so that the node found is positive. Then down the
+    levels below: a target's child is the number of its siblings whose running sum (in
+    float64) ends at or before the target. The loops run child by child across all targets,
+    so that the running sums of different targets proceed side by side and their cache
+    misses overlap; target by target, each would wait for the last.
 
     A stored parent can exceed the exact sum of its children by float32 rounding, so a
     target can lie past the end of its group; it then takes the group's last positive
