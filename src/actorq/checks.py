@@ -37,9 +37,10 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
                      "eval.every_frames", "eval.episodes")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
-BOOLEANS = ("actors.restart_on_failure", "actors.sync", "actors.lean_envs", "replay.prioritized", "replay.shared",
+BOOLEANS = ("actors.restart_on_failure", "actors.lean_envs", "replay.prioritized", "replay.shared",
             "replay.checkpoint", "algo.double", "algo.batch_critics", "algo.critic_layer_norm", "algo.compile_losses")
 ACTOR_BACKENDS = ("process", "ray")
+COLLECTIONS = ("auto", "async", "lockstep")  # auto: by the learner's family (actorq.train)
 AUTO = "auto"
 """The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""
 # "auto" (actorq.learner_precision) and what lightning.Trainer accepts
@@ -138,12 +139,15 @@ def check_actor_sizes(cfg: DictConfig) -> None:
 
 
 def check_actor_backend(cfg: DictConfig) -> None:
-    """A known backend, lock-step only where it exists, Ray installed before it is needed."""
+    """A known backend and collection mode, Ray installed before it is needed."""
     backend = _select(cfg, "actors.backend")
     if backend is None:
         return
     if backend not in ACTOR_BACKENDS:
         raise ConfigError(f"actors.backend must be {' or '.join(ACTOR_BACKENDS)}, got {backend!r}")
+    collection = _select(cfg, "actors.collection")
+    if collection is not None and collection not in COLLECTIONS:
+        raise ConfigError(f"actors.collection must be {', '.join(COLLECTIONS)}, got {collection!r}")
     if backend != "ray":
         return
     if importlib.util.find_spec("ray") is None:
@@ -176,7 +180,7 @@ READ_ONLY_WITH = (
                  "replay.prioritized=true", lambda cfg: _select(cfg, "replay.prioritized") is True),
     ReadOnlyWith(("replay.fanout",), "replay.prioritized=true or replay.shared=true",  # shared: a sum tree too
                  lambda cfg: _select(cfg, "replay.prioritized") is True or _select(cfg, "replay.shared") is True),
-    ReadOnlyWith(("actors.ray", "actors.sync"), "actors.backend=ray",
+    ReadOnlyWith(("actors.ray",), "actors.backend=ray",
                  lambda cfg: _select(cfg, "actors.backend") == "ray"),
     ReadOnlyWith(("quant.auto_tolerance",), "quant.bits=auto", lambda cfg: _select(cfg, "quant.bits") == AUTO),
     ReadOnlyWith(("quant.engine",), "quant.bits=8 or quant.bits=auto",

@@ -2,7 +2,7 @@
 scale at them.
 
 One object, shared by its two readers instead of each reading the other: the learner owns
-and advances it (:attr:`actorq.algos.base.OffPolicyLearner.clock`), and ``train()`` hands
+and advances it (:attr:`actorq.algos.base.Learner.clock`), and ``train()`` hands
 it to the experience pipeline, which starts (or, after a resume, restarts) the actors where
 the run stands and sets their exploration scale from it.
 

@@ -1,16 +1,21 @@
-"""The experience pipeline the Trainer owns: environment, replay, writer and actor pool.
+"""The experience pipeline the Trainer owns: environment, actor pool, and for off-policy
+learners the replay and its writer.
 
-:class:`Experience` is a ``LightningDataModule``. ``trainer.fit(learner, datamodule=experience)``
-builds the replay and the n-step writer in :meth:`Experience.setup`, starts the actor pool in
+:class:`Experience` is a ``LightningDataModule`` of one of two kinds, the learner's
+(:attr:`actorq.algos.base.Learner.experience_kind`): ``"replay"``, where the actors' batches
+go into a replay the learner samples from, or ``"rollout"``, where each batch is handed to
+the learner as it is, and nothing is kept. ``trainer.fit(learner, datamodule=experience)``
+builds the replay and the n-step writer (replay kind) in :meth:`Experience.setup`, starts the actor pool in
 :meth:`Experience.train_dataloader` (after a resumed run's checkpoint is restored, so the
 actors start from the restored weights and collect only the frames left), iterates it as the
 training data, saves the replay's state in checkpoints and shuts the actor processes down in
 :meth:`Experience.teardown`.
 
-It never reads the learner: ``train()`` hands it what it needs at construction (the n-step
-settings, the updates the run plans, and the run's :class:`~actorq.clock.FrameClock`, which
-the learner advances). The learner is handed the experience (``learner.learn_from``); the
-callbacks reach it as ``trainer.datamodule``.
+It never reads the learner: ``train()`` hands it what it needs at construction (the kind,
+the n-step settings, the updates the run plans, and the run's :class:`~actorq.clock.FrameClock`,
+which the learner advances). The learner is handed the experience (``learner.learn_from``); the
+callbacks reach it as ``trainer.datamodule``. The one way new weights reach the actors is
+:meth:`Experience.publish` (the broadcast callback decides when).
 
 Example:
     >>> from functools import partial
@@ -39,13 +44,13 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from actorq.clock import FrameClock
-
 from actorq.envs import make_env
 from actorq.envs.batched import make_batched_env
 from actorq.errors import ConfigError
 from actorq.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
 from actorq.replay.base import ReplayBuffer
-from actorq.replay.experience import Arrivals, ExperienceWriter
+from actorq.quant import payload_nbytes, quantize
+from actorq.replay.experience import Arrivals, ExperienceWriter, ended_episode_returns
 from actorq.replay.factory import transition_template
 
 # A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
@@ -81,6 +86,8 @@ class Experience(L.LightningDataModule):
         env_modules: modules every actor process imports before it builds its envs
             (``env.module``; this process imported them before the run was built).
         config: the whole run config, kept in checkpoints as a hyperparameter.
+        kind: ``"replay"`` (off-policy learners) or ``"rollout"`` (on-policy learners: no
+            replay, no writer; ``make_replay``, ``n_step`` and ``planned_updates`` unused).
 
     With ``trainer.devices > 1`` (:mod:`actorq.parallel`) only rank 0 builds the replay,
     the writer and the actors; every rank samples through :attr:`sampling`.
@@ -88,11 +95,16 @@ class Experience(L.LightningDataModule):
     Attributes:
         replay: the :class:`~actorq.replay.base.ReplayBuffer` (after ``setup``).
         sampling: what the learner samples and feeds priorities to: the replay itself, or
-            with several learner ranks a :class:`~actorq.parallel.RankSampling` of it.
+            with several learner ranks a :class:`~actorq.parallel.RankSampling` of it
+            (``None`` for rollouts).
         writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
         quant: the precision the actors run at: their policy's (``None`` without one).
         actors: the :class:`~actorq.actors.pool.ActorPool` (after ``train_dataloader``).
         total_frames: env frames the run collects.
+        frames_per_batch: env frames in each batch the learner receives (a worker's batch,
+            or in lock-step collection a round of every worker's).
+        policy_version: how many times :meth:`publish` pushed new weights (the version the
+            actors record with each step, when the learner asks for it).
     """
 
     def __init__(
@@ -109,8 +121,12 @@ class Experience(L.LightningDataModule):
         library: str | None = None,
         config: dict[str, Any] | None = None,
         env_modules: tuple[str, ...] = (),
+        kind: str = "replay",
     ):
         super().__init__()
+        if kind not in ("replay", "rollout"):
+            raise ValueError(f"experience kind must be replay or rollout, got {kind!r}")
+        self.kind = kind
         if config is not None:
             self.save_hyperparameters({"config": config})
         self.env_name = env_name
@@ -125,11 +141,14 @@ class Experience(L.LightningDataModule):
         self.gamma = gamma
         self.planned_updates = planned_updates
         self.total_frames = int(make_actors.keywords["total_frames"])
+        self.frames_per_batch = _batch_frames(make_actors.keywords)
+        self.policy_version = 0
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
         self.writer: ExperienceWriter | None = None
         self.actors: ActorPool | None = None
         self._replay_state: dict | None = None
+        self._last_rollout: TensorDictBase | None = None
 
     @property
     def quant(self) -> QuantSpec | None:
@@ -148,7 +167,7 @@ class Experience(L.LightningDataModule):
         return batched if batched is not None else self.make_env(seed)
 
     def setup(self, stage: str) -> None:
-        if self.sampling is not None:
+        if self.sampling is not None or self.kind == "rollout":
             return
         rank, ranks = self.trainer.global_rank, self.trainer.world_size
         if rank > 0:  # a learner rank only: rank 0 samples its share of every batch
@@ -176,7 +195,12 @@ class Experience(L.LightningDataModule):
 
     def receive(self, batch: TensorDictBase | Any) -> Arrivals:
         """Stores a batch from the actors (unless a worker stored it) and says what arrived;
-        every learner rank hears rank 0's arrivals."""
+        every learner rank hears rank 0's arrivals. A rollout is kept only until the next
+        (calibration reads it)."""
+        if self.kind == "rollout":
+            self._last_rollout = batch
+            returns = ended_episode_returns(batch)
+            return Arrivals(batch.numel(), len(returns), float(returns.sum()))
         arrivals = None
         if self.writer is not None:
             if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
@@ -194,16 +218,32 @@ class Experience(L.LightningDataModule):
 
     def calibration_observations(self, count: int) -> torch.Tensor:
         """``count`` observations drawn uniformly from the replay, leaving the learner's
-        sampling state as it was (what a push calibrates a static int8 policy on)."""
-        return self.replay.observations(count)
+        sampling state as it was, or from the last rollout (what a publish calibrates a
+        static int8 policy on)."""
+        if self.kind == "replay":
+            return self.replay.observations(count)
+        observations = self._last_rollout["observation"]
+        observations = observations.reshape(-1, observations.shape[-1])
+        return observations[torch.randint(len(observations), (count,))]
 
-    def push(self, payload: dict[str, torch.Tensor]) -> nn.Module:
-        """Loads ``payload`` into the actors' policy and pushes it to every actor, at the
-        exploration scale where the run stands; returns the actors' network, as decoded."""
-        self.actor_policy.network.load_payload(payload)
+    def publish(self, network: nn.Module) -> Published:
+        """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,
+        calibrated on :meth:`calibration_observations`, and pushes it to every actor as the
+        next policy version, at the exploration scale where the run stands.
+
+        The payload is loaded into the actors' policy in place (its buffers are what the push
+        copies to the workers); the head's own state (a learned log-std) goes with it.
+        """
+        observations = self.calibration_observations(self.quant.calibration_samples)
+        payload = quantize(network, self.quant, observations)
+        actor_network = self.actor_policy.network
+        actor_network.load_payload(payload)
+        actor_network.head.load_state_dict(network.head.state_dict())
+        self.policy_version += 1
+        self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
-        return self.actor_policy.network
+        return Published(self.policy_version, payload_nbytes(payload), actor_network, observations)
 
     def _refresh_noise_scale(self) -> None:
         self.actor_policy.noise_scale.fill_(self.clock.noise_scale)
@@ -218,7 +258,7 @@ class Experience(L.LightningDataModule):
                 env_modules=self.env_modules,
                 policy=self.actor_policy,
                 seed=self.seed + self.clock.frames,
-                writer=self.writer if self.writer.in_workers else None,
+                writer=self.writer if self.writer is not None and self.writer.in_workers else None,
                 frames_done=self.clock.frames,
             )
         return self.actors
@@ -237,7 +277,8 @@ class Experience(L.LightningDataModule):
     def state_dict(self) -> dict:
         """The replay's state (sampling state; with ``replay.checkpoint`` its contents and
         priorities too), the actors' precision and the payload they last received."""
-        state = {"replay": self.replay.state_dict() if self.replay is not None else {}}
+        state = {"replay": self.replay.state_dict() if self.replay is not None else {},
+                 "policy_version": self.policy_version}
         if self.quant is not None:
             state["quant"] = dataclasses.asdict(self.quant)
         if self.actor_policy is not None:
@@ -252,6 +293,34 @@ class Experience(L.LightningDataModule):
             self._replay_state = replay_state
         if self.actor_policy is not None and "payload" in state_dict:
             self.actor_policy.network.load_payload(state_dict["payload"])
+        self.policy_version = state_dict.get("policy_version", 0)
+        if self.actor_policy is not None:
+            self.actor_policy.policy_version.fill_(self.policy_version)
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """What :meth:`Experience.publish` pushed.
+
+    Attributes:
+        version: the policy version the actors now run.
+        payload_bytes: bytes of the encoded payload that crossed to each worker.
+        actor_network: the actors' network as decoded (the main process's copy).
+        observations: the observations the encoding was calibrated on.
+    """
+
+    version: int
+    payload_bytes: int
+    actor_network: nn.Module
+    observations: torch.Tensor
+
+
+def _batch_frames(actors: dict[str, Any]) -> int:
+    """Frames of each batch an actor pool built with the ``actors`` keywords yields (Ray
+    actors hand over a lock-step round's batches one at a time)."""
+    rounds = actors.get("collection") == "lockstep" and actors.get("backend", "process") == "process"
+    workers = actors.get("num_workers", 1) if rounds else 1
+    return int(actors.get("frames_per_batch", 1)) * int(workers)
 
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:

@@ -49,7 +49,7 @@ from actorq.quant.timing import single_thread
 from actorq.replay.base import Sample
 
 if TYPE_CHECKING:
-    from actorq.algos.base import OffPolicyLearner
+    from actorq.algos.base import Learner
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def choose(timings_ms: dict[str, float], margin: float = 0.05) -> tuple[str, str
     return FP32, f"{FP32} {fp32:.3g} ms/update vs {BF16} {bf16:.3g} ms ({bf16 / fp32:.2f}x slower)"
 
 
-def resolve_learner_precision(precision: str | int, learner: OffPolicyLearner | None,
+def resolve_learner_precision(precision: str | int, learner: Learner | None,
                               accelerator: str = "auto") -> LearnerPrecision:
     """What ``trainer.precision`` means for this learner here (see the module's docstring).
 

@@ -175,6 +175,78 @@ class QNetwork(nn.Module):
         return self.head(self.trunk(observation))
 
 
+class CategoricalHead(nn.Module):
+    """Trunk output (logits) -> a categorical distribution over the discrete actions (A2C, PPO).
+
+    ``forward`` returns the logits themselves, so the greedy action is their argmax, as for a
+    Q-network (evaluation, export, quantization-fidelity checks). Sampling is written out
+    rather than built on ``torch.distributions.Categorical``: an actor samples once per step,
+    often at batch 1, where the distribution object's construction costs more than the draw.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def sample(self, x: torch.Tensor) -> torch.Tensor:
+        """A random action per row."""
+        return self.sample_with_log_prob(x)[0]
+
+    def sample_with_log_prob(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A random action per row and its log-probability (what on-policy actors record)."""
+        log_probs = F.log_softmax(x, dim=-1)
+        flat = log_probs.reshape(-1, log_probs.shape[-1])
+        action = torch.multinomial(flat.exp(), 1)
+        return action.reshape(x.shape[:-1]), flat.gather(-1, action).reshape(x.shape[:-1])
+
+    def log_prob(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``log pi(action | features)`` per row."""
+        log_probs = F.log_softmax(x, dim=-1)
+        return log_probs.gather(-1, action.long().reshape(*x.shape[:-1], 1)).squeeze(-1)
+
+    def entropy(self, x: torch.Tensor) -> torch.Tensor:
+        """The distribution's entropy per row."""
+        log_probs = F.log_softmax(x, dim=-1)
+        return -(log_probs.exp() * log_probs).sum(-1)
+
+
+class CategoricalPolicy(nn.Module):
+    """``obs -> logits`` of a categorical policy over discrete actions (A2C, PPO).
+
+    Attributes:
+        trunk: the MLP whose ``Linear`` layers quantization replaces.
+        head: a :class:`CategoricalHead` (kept in full precision).
+
+    Example:
+        >>> policy = CategoricalPolicy(EnvSpec(obs_dim=4, discrete=True, num_actions=2), hidden=(16,))
+        >>> action, log_prob = policy.sample_with_log_prob(torch.zeros(5, 4))
+        >>> action.shape, bool(torch.allclose(log_prob, policy.log_prob(torch.zeros(5, 4), action)))
+        (torch.Size([5]), True)
+    """
+
+    def __init__(self, spec: EnvSpec, hidden: Sequence[int]):
+        super().__init__()
+        if not spec.discrete:
+            raise ValueError("CategoricalPolicy needs a discrete action space")
+        self.trunk = mlp(spec.obs_dim, hidden, spec.num_actions)
+        self.head = CategoricalHead()
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The logits (their argmax is the greedy action)."""
+        return self.head(self.trunk(observation))
+
+    def sample(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.head.sample(self.trunk(observation))
+
+    def sample_with_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head.sample_with_log_prob(self.trunk(observation))
+
+    def log_prob(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.head.log_prob(self.trunk(observation), action)
+
+    def entropy(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.head.entropy(self.trunk(observation))
+
+
 class Critic(nn.Module):
     """``(obs, action) -> value``: one scalar, or ``out_dim`` logits for a distributional critic."""
 

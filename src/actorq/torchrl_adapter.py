@@ -190,6 +190,41 @@ class HandOverCollector(MultiAsyncCollector):
             self.shutdown()
             raise
 
+    def rounds(self) -> Iterator[list[TensorDictBase | None]]:
+        """Lock-step collection: each round every worker collects one batch with the weights
+        it holds, and the next round starts only when the consumer asks for it, after the
+        learner trained on this one and pushed new weights. (TorchRL's own iterator tells a
+        worker to go on the moment its batch arrives, so its next batch is collected with
+        the weights it had.) Yields each round's batches in worker order (``None`` for a
+        batch a worker wrote itself)."""
+        self._iteration_started = True
+        frames = 0
+        try:
+            while frames < self.total_frames:
+                self._go_ahead()
+                batches: dict[int, TensorDictBase | None] = {}
+                while len(batches) < self.num_workers:
+                    try:
+                        idx, _, out = self._get_from_queue(timeout=1.0)
+                    except (queue.Empty, TimeoutError):
+                        continue
+                    frames += out.numel() if out is not None else self.frames_per_batch_worker()
+                    batches[idx] = out
+                yield [batches[worker] for worker in range(self.num_workers)]
+        except self.raised_without_shutdown:
+            raise
+        except Exception:
+            self.shutdown()
+            raise
+        self.running = False
+
+    def _go_ahead(self) -> None:
+        """Tells every worker to collect its next batch (random actions for the first frames)."""
+        message = "continue_random" if self._should_use_random_frames() else "continue"
+        for pipe in self.pipes:
+            pipe.send((None, message))
+        self.running = True
+
     def _get_from_queue(self, timeout=None):
         try:
             idx, j, out = super()._get_from_queue(timeout=timeout)

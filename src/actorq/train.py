@@ -30,9 +30,9 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from actorq.actors.policy import actor_policy
+from actorq.actors.policy import RECORDS, actor_policy
 from actorq.actors.processes import start_fork_server
-from actorq.algos.base import check_policy_network
+from actorq.algos.base import EXPERIENCE_KINDS, check_policy_network
 from actorq.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
 from actorq.checks import check_run_config
@@ -79,7 +79,36 @@ def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
     except (ValueError, TypeError) as error:
         raise ConfigError(f"{algo_cls.__name__}: {error}") from error
     check_policy_network(learner.behaviour_network, stochastic=learner.stochastic)
+    check_declared_needs(learner)
     return learner
+
+
+def check_declared_needs(learner) -> None:
+    """A learner's declared experience kind and records are ones the pipeline provides."""
+    name = type(learner).__name__
+    if learner.experience_kind not in EXPERIENCE_KINDS:
+        raise ConfigError(f"{name}.experience_kind must be one of {list(EXPERIENCE_KINDS)}, "
+                          f"got {learner.experience_kind!r}")
+    unknown = [record for record in learner.records if record not in RECORDS]
+    if unknown:
+        raise ConfigError(f"{name}.records asks the actors for {unknown}; they record {list(RECORDS)}")
+
+
+def resolve_collection(cfg: DictConfig, learner) -> None:
+    """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
+    collected with the policy it just published), asynchronous collection for an off-policy
+    one. An on-policy run takes no random first frames (they have no log-probability) and one
+    learner rank."""
+    if cfg.actors.get("collection", "auto") == "auto":
+        cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
+    if learner.experience_kind != "rollout":
+        return
+    name = type(learner).__name__
+    if cfg.actors.get("init_random_frames", 0):
+        raise ConfigError(f"{name} learns from the actors' own policy: set actors.init_random_frames=0 "
+                          f"(got {cfg.actors.init_random_frames}; random actions have no log-probability)")
+    if cfg.trainer.get("devices", 1) != 1:
+        raise ConfigError(f"{name} is an on-policy learner: one learner rank only (trainer.devices=1)")
 
 
 def train(cfg: DictConfig) -> tuple[dict, dict]:
@@ -104,6 +133,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
+    resolve_collection(cfg, learner)
     learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
                                                   cfg.trainer.get("accelerator", "auto"))
     cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below
@@ -167,10 +197,10 @@ def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | No
     n-step settings and planned updates), and handed to the learner to learn from."""
     experience = Experience(
         cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
-        actor_policy=actor_policy, clock=learner.clock, n_step=learner.n_step,
+        actor_policy=actor_policy, clock=learner.clock, n_step=getattr(learner, "n_step", 1),
         gamma=learner.gamma, planned_updates=learner.planned_updates(int(cfg.actors.total_frames)),
         seed=cfg.seed, library=cfg.env.get("library"), config=config,
-        env_modules=suite_modules(cfg.env.get("module")),
+        env_modules=suite_modules(cfg.env.get("module")), kind=learner.experience_kind,
     )
     learner.learn_from(experience)
     return experience
@@ -183,7 +213,7 @@ def check_job(cfg: DictConfig) -> None:
     :class:`~actorq.errors.ConfigError`."""
     check_run_config(cfg)
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
-    build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
+    resolve_collection(cfg, build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name))
     for node in [*cfg.callbacks.values(), cfg.quant, cfg.actors, cfg.replay]:
         if node is not None:
             build(node)

@@ -43,7 +43,7 @@ OTHER_BAD = {
     "actors.restart_on_failure": ("maybe", "2"),
     "actors.backend": ("nope", "1", "''", "Ray"),
     "env.module": ("no_such_suite_module", "3", "''", "[1]", "'not a module'", "{a:1}", "[os,nope.nope]"),
-    "actors.sync": ("maybe", "2", "true"),  # true: the process backend has no lock-step mode
+    "actors.collection": ("maybe", "2", "true", "sync"),
     "trainer.devices": ("0", "-1", "1.5", "abc", "true", "auto", "[0,1]",
                         "3"),  # 3: algo.batch_size=32 does not split over 3 learner ranks
     "replay.prioritized": ("yes", "1", "[true]"),

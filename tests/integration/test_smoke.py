@@ -74,7 +74,7 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
         (["+experiment=td3_pendulum", "algo=dqn"], "DQN needs discrete actions"),
         (["actors.num_workers=0"], "actors.num_workers must be positive"),
         (["actors.backend=rays"], "actors.backend must be process or ray, got 'rays'"),
-        (["actors.sync=true"], "actors.sync=true needs actors.backend=ray"),
+        (["actors.collection=sync"], "actors.collection must be auto, async, lockstep, got 'sync'"),
         (["algo.batch_size=-1"], "batch_size must be positive"),
         (["replay.capacity=0"], "capacity must be positive"),
         (["algo.nope=1"], "Could not override 'algo.nope': no such key. To append to your config use +algo.nope=1"),

@@ -8,6 +8,7 @@ from functools import partial
 import pytest
 import torch
 
+from actorq.actors.policy import actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.experience import Experience
@@ -37,12 +38,7 @@ class RecordingPool:
 
 
 def experience_of(learner: DQN, planned_updates: int = 123) -> Experience:
-    policy = torch.nn.Module()
-    policy.register_buffer("noise_scale", torch.tensor(1.0))
-    policy.network = torch.nn.Module()
-    policy.network.load_payload = lambda payload: None
-    policy.network.payload = dict
-    policy.network.quant = QuantSpec(bits=8)
+    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, 4))
     experience = Experience(
         "CartPole-v1", make_actors=partial(RecordingPool, total_frames=1000),
         make_replay=partial(make_replay, capacity=1000, prioritized=True), actor_policy=policy,
@@ -63,16 +59,18 @@ def test_the_experience_starts_from_the_clock_it_was_handed_and_reads_no_learner
     pool = experience.train_dataloader()
     assert pool.started["frames_done"] == 500 and pool.started["seed"] == 7 + 500
     assert float(experience.actor_policy.noise_scale) == learner.noise_scale == 0.75
-    learner.frames = 1000  # one place sets the actors' exploration scale: every push refreshes it
-    experience.push({})
-    assert pool.pushed_noise == [0.5]
+    learner.frames = 1000  # one place sets the actors' exploration scale: every publish refreshes it
+    experience.calibration_observations = lambda count: torch.randn(count, 4)
+    published = experience.publish(learner.behaviour_network)
+    assert pool.pushed_noise == [0.5] and published.version == experience.policy_version == 1
+    assert int(experience.actor_policy.policy_version) == 1  # the version travels with the weights
     assert experience.actor_counters() == {"dropped_frames": 3, "restarts": 1}
 
 
 def test_the_actors_precision_is_their_policys():
     experience = experience_of(DQN(DISCRETE, Exploration(0.1), hidden=(8,)))
     assert experience.quant is experience.actor_policy.network.quant
-    assert experience.state_dict()["quant"] == dataclasses.asdict(QuantSpec(bits=8))
+    assert experience.state_dict()["quant"] == dataclasses.asdict(QuantSpec(bits=8, mode="dynamic"))
 
 
 def test_the_learner_learns_from_the_experience_it_is_handed():

@@ -93,7 +93,7 @@ def test_learning_rates_fall_linearly_to_their_final_fraction(final_lr_fraction)
     def rates_at(learner_steps: int) -> list[float]:
         nonlocal done
         for _ in range(learner_steps - done):  # the learner steps them once per update
-            learner._step_schedulers()
+            learner.step_schedulers()
         done = learner_steps
         return [group["lr"] for optimizer in learner.optimizers() for group in optimizer.optimizer.param_groups]
 
@@ -118,7 +118,7 @@ def test_logged_terms_are_means_over_the_updates_of_a_batch():
     terms = iter(range(1, 100))
     learner.update = lambda sample: {"loss_value": torch.tensor(float(next(terms)))}
     learner.frames = 4
-    metrics = learner._learn(new_frames=4)  # four updates: terms 1, 2, 3, 4
+    metrics = learner.learn(None, new_frames=4)  # four updates: terms 1, 2, 3, 4
     assert learner.learner_steps == 4
     assert float(metrics["loss_value"]) == 2.5
 

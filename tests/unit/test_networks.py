@@ -76,8 +76,8 @@ def test_greedy_actions_keep_every_leading_dimension():
     assert policy(observations[0, :1]).shape == (1,)  # a batch of one stays a batch
 
 
-def test_policy_state_holds_the_weights_the_scale_and_the_bounds_only():
+def test_policy_state_holds_the_weights_the_scale_the_version_and_the_bounds_only():
     actor = DeterministicActor(CONTINUOUS, (8,))
     state = ExplorationPolicy(actor, CONTINUOUS, 0.1).state_dict()
     network_keys = {f"network.{key}" for key in actor.state_dict()}
-    assert set(state) == network_keys | {"noise_scale", "low", "high"}  # half_range is derived
+    assert set(state) == network_keys | {"noise_scale", "policy_version", "low", "high"}  # half_range is derived

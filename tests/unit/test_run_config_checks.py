@@ -49,7 +49,7 @@ CASES = [
     ("replay.fanout=8", "replay.fanout=8 needs replay.prioritized=true or replay.shared=true"),
     ("actors.ray.num_cpus=2", "actors.ray.num_cpus=2 needs actors.backend=ray"),
     ("actors.ray.resources={node:1}", "actors.ray.resources.node=1 needs actors.backend=ray"),
-    ("actors.sync=true", "actors.sync=true needs actors.backend=ray"),
+    ("actors.collection=sideways", "actors.collection must be auto, async, lockstep, got 'sideways'"),
     ("quant.engine=x86", "quant.engine=x86 needs quant.bits=8 or quant.bits=auto"),
     ("quant.bits=16 quant.engine=x86", "quant.engine=x86 needs quant.bits=8 or quant.bits=auto"),
     ("quant.bits=8 quant.auto_tolerance=0.1", "quant.auto_tolerance=0.1 needs quant.bits=auto"),

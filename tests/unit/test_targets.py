@@ -187,7 +187,7 @@ def test_targets_follow_after_every_target_update_period_updates():
     moved = []
     for _ in range(6):
         before = learner.actor_target.trunk[0].weight.detach().clone()
-        learner._learn(new_frames=1)
+        learner.learn(None, new_frames=1)
         moved.append(not torch.equal(before, learner.actor_target.trunk[0].weight))
     assert moved == [False, False, True, False, False, True]
 

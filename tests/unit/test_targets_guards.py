@@ -117,23 +117,23 @@ def learner_with_replay(stored: int, **kwargs) -> DQN:
 def test_updates_wait_for_learning_starts_and_a_full_batch():
     learner = learner_with_replay(16, learning_starts=10, update_to_data=1.0)
     learner.frames = 9
-    assert learner._learn(new_frames=1) == {} and learner.learner_steps == 0
+    assert learner.learn(None, new_frames=1) == {} and learner.learner_steps == 0
     learner.frames = 10  # learning starts at exactly learning_starts frames
-    learner._learn(new_frames=1)
+    learner.learn(None, new_frames=1)
     assert learner.learner_steps == 1
     short = learner_with_replay(3, learning_starts=0, update_to_data=1.0)  # fewer than batch_size
     short.frames = 50
-    assert short._learn(new_frames=1) == {} and short.learner_steps == 0
+    assert short.learn(None, new_frames=1) == {} and short.learner_steps == 0
 
 
 def test_update_debt_carries_over_between_batches():
     learner = learner_with_replay(16, learning_starts=0, update_to_data=0.5)
     learner.frames = 20
-    learner._learn(new_frames=1)
+    learner.learn(None, new_frames=1)
     assert learner.learner_steps == 0  # half an update owed
-    learner._learn(new_frames=1)
+    learner.learn(None, new_frames=1)
     assert learner.learner_steps == 1
-    learner._learn(new_frames=4)
+    learner.learn(None, new_frames=4)
     assert learner.learner_steps == 3
 
 

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from actorq.replay.experience import ExperienceWriter
 
 
-def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, sync: bool = False,
+def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, collection: str = "async",
                writer: ExperienceWriter | None = None, **kwargs: Any):
     """The actor pool ``actors.backend`` names, built from the ``actors`` config group (its
     keys are checked with the run config, :mod:`actorq.checks`).
@@ -20,7 +20,10 @@ def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, s
             this machine; ``"ray"``: :class:`~actorq.actors.ray_pool.RayActorPool`, Ray actors.
         ray: ``address``, ``num_cpus``, ``resources`` and ``requests_in_flight`` for the Ray
             backend (``actors.ray``).
-        sync: lock-step collection (Ray backend only): every actor's batch each round.
+        collection: ``"async"`` or ``"lockstep"`` (:data:`actorq.actors.base.COLLECTIONS`;
+            ``actors.collection=auto`` is resolved by ``train()`` from the learner's family).
+            Ray actors collect lock-step rounds as their ``sync`` mode: one batch of every
+            actor per round, handed over one at a time.
         writer: the shared replay's writer, for worker processes that store their batches
             themselves; Ray actors may run on other machines, so with them the learner stores
             every batch.
@@ -29,7 +32,7 @@ def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, s
     if backend == "ray":
         from actorq.actors.ray_pool import RayActorPool
 
-        return RayActorPool(**kwargs, **dict(ray or {}), sync=sync)
+        return RayActorPool(**kwargs, **dict(ray or {}), sync=collection == "lockstep")
     from actorq.actors.pool import ActorPool
 
-    return ActorPool(**kwargs, writer=writer)
+    return ActorPool(**kwargs, writer=writer, collection=collection)

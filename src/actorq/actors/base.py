@@ -24,6 +24,11 @@ from torchrl.envs import EnvBase, SerialEnv
 from actorq.envs import OBSERVATION, import_suites, make_env
 from actorq.envs.batched import make_batched_env
 
+COLLECTIONS = ("async", "lockstep")
+"""How actors collect: ``async``, each worker collects its next batch while the learner trains
+on the last one (with the weights it has then); ``lockstep``, a round of every worker's batch
+collected with policy version k, the learner trains, version k+1 is pushed, the next round."""
+
 RESTART_SEED_STRIDE = 1_000_003
 """The workers started after restart ``r`` are seeded ``r * RESTART_SEED_STRIDE`` further on."""
 
@@ -96,10 +101,16 @@ class ActorPoolBase:
         max_restarts: int = 3,
         frames_done: int = 0,
         env_modules: tuple[str, ...] = (),
+        collection: str = "async",
     ):
         check_frames_done(frames_done, total_frames)
-        # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``.
-        self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action"])
+        if collection not in COLLECTIONS:
+            raise ValueError(f"collection must be one of {list(COLLECTIONS)}, got {collection!r}")
+        self.collection = collection
+        # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``. It writes
+        # what the learner asked the actors to record beside the action.
+        records = tuple(getattr(policy, "records", ()))
+        self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action", *records])
         self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
                               tuple(env_modules))
         self.num_workers = num_workers
@@ -115,7 +126,13 @@ class ActorPoolBase:
         self._weights = None  # the last pushed, for restarts
 
     def __len__(self) -> int:
-        return -(-self.total_frames // self.frames_per_batch)
+        return -(-self.total_frames // self.batch_frames)
+
+    @property
+    def batch_frames(self) -> int:
+        """Frames in each batch the iteration yields: one worker's batch, or in lock-step
+        collection one round of every worker's."""
+        return self.frames_per_batch * (self.num_workers if self.collection == "lockstep" else 1)
 
     @property
     def restart_seed(self) -> int:

@@ -1,7 +1,10 @@
-"""The policy an actor runs: a behaviour network plus exploration.
+"""The policy an actor runs: a behaviour network plus exploration, and what it records.
 
 The exploration scale lives in a buffer, so pushing the learner's weights to the actors
 also pushes the current epsilon (or Gaussian sigma): annealing is decided by the learner.
+So does the policy's version (bumped by every publish), which the actors record with each
+step when the learner asked for it (``records``), beside the action's log-probability
+under this very policy (the int8 one, for int8 actors).
 
 Example:
     >>> from actorq.envs import EnvSpec
@@ -14,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -23,7 +27,11 @@ from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec
 
 if TYPE_CHECKING:
-    from actorq.algos.base import OffPolicyLearner
+    from actorq.algos.base import Learner
+
+RECORDS = ("log_prob", "policy_version")
+"""What a learner may ask the actors to record with each step, besides the action: the
+action's log-probability under the actors' own policy, and the version of that policy."""
 
 
 class ExplorationPolicy(nn.Module):
@@ -36,31 +44,62 @@ class ExplorationPolicy(nn.Module):
         noise_scale: epsilon (discrete) or sigma as a fraction of the half action range;
             unused when ``stochastic``.
         stochastic: act with ``network.sample(observation)`` instead of adding noise.
+        records: what to return with each action, in this order (a learner's
+            :attr:`~actorq.algos.base.Learner.records`): ``"log_prob"`` (the action's
+            log-probability, from ``network.sample_with_log_prob``; stochastic policies
+            only) and ``"policy_version"`` (:attr:`policy_version`, per row). With any,
+            ``forward`` returns a tuple ``(action, *records)``.
+
+    Attributes:
+        policy_version: int64 buffer, the version of the weights this policy holds (set by
+            the experience pipeline at every publish; pushed to the actors with them).
     """
 
-    def __init__(self, network: nn.Module, spec: EnvSpec, noise_scale: float, stochastic: bool = False):
+    def __init__(self, network: nn.Module, spec: EnvSpec, noise_scale: float, stochastic: bool = False,
+                 records: Sequence[str] = ()):
         super().__init__()
         if stochastic and not hasattr(network, "sample"):
             raise ValueError(f"a stochastic policy needs a network with sample(), got {type(network).__name__}")
+        unknown = [name for name in records if name not in RECORDS]
+        if unknown:
+            raise ValueError(f"actors cannot record {unknown}; they record {list(RECORDS)}")
+        if "log_prob" in records and not (stochastic and hasattr(network, "sample_with_log_prob")):
+            raise ValueError("recording log_prob needs a stochastic policy whose network has sample_with_log_prob(), "
+                             f"got {type(network).__name__}")
         self.network = network
         self.stochastic = stochastic
+        self.records = tuple(records)
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
         self.register_buffer("noise_scale", torch.tensor(float(noise_scale)))
+        self.register_buffer("policy_version", torch.zeros((), dtype=torch.int64))
         if not spec.discrete:
             self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
             self.register_buffer("half_range", (self.high - self.low) / 2, persistent=False)
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+    def forward(self, observation: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         # Called once per actor step: direct dict lookups, since nn.Module.__getattr__ costs
         # microseconds, as much as a small actor's elementwise op.
         unbatched = observation.dim() == 1
         obs = observation.unsqueeze(0) if unbatched else observation
         network = self._modules["network"]
         with torch.no_grad():
+            if self.records:
+                return self._recorded(network, obs, unbatched)
             action = network.sample(obs) if self.stochastic else self._explore(network.forward(obs))
         return action.squeeze(0) if unbatched else action
+
+    def _recorded(self, network: nn.Module, obs: torch.Tensor, unbatched: bool) -> tuple[torch.Tensor, ...]:
+        """``(action, *records)`` for a batch of observations."""
+        if "log_prob" in self.records:
+            action, log_prob = network.sample_with_log_prob(obs)
+        else:
+            action = network.sample(obs) if self.stochastic else self._explore(network.forward(obs))
+            log_prob = None
+        values = {"log_prob": log_prob, "policy_version": self._buffers["policy_version"].expand(obs.shape[0])}
+        out = (action, *(values[name] for name in self.records))
+        return tuple(value.squeeze(0) for value in out) if unbatched else out
 
     def _explore(self, out: torch.Tensor) -> torch.Tensor:
         buffers = self._buffers
@@ -73,25 +112,25 @@ class ExplorationPolicy(nn.Module):
         return torch.addcmul(out, torch.randn_like(out), sigma).clamp_(buffers["low"], buffers["high"])
 
 
-def learner_policy(learner: OffPolicyLearner) -> ExplorationPolicy:
+def learner_policy(learner: Learner) -> ExplorationPolicy:
     """The learner's policy as the actors would run it at fp32: its live behaviour network
     with the current exploration scale (a new wrapper each call; the network is shared).
 
     Args:
-        learner: an :class:`~actorq.algos.base.OffPolicyLearner` (its ``behaviour_network``,
+        learner: an :class:`~actorq.algos.base.Learner` (its ``behaviour_network``,
             ``spec``, ``noise_scale`` and ``stochastic``).
     """
     return ExplorationPolicy(learner.behaviour_network, learner.spec, learner.noise_scale,
-                             stochastic=learner.stochastic)
+                             stochastic=learner.stochastic, records=learner.records)
 
 
-def actor_policy(learner: OffPolicyLearner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
+def actor_policy(learner: Learner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
     """The actors' own copy of the learner's policy, its network encoded at ``quant``
     (fp32 included): it changes only when a broadcast loads a new payload, never with the
     learner's optimizer steps.
 
     Args:
-        learner: an :class:`~actorq.algos.base.OffPolicyLearner`.
+        learner: an :class:`~actorq.algos.base.Learner`.
         quant: the actors' precision, ``bits="auto"`` resolved.
         observations: calibration observations for static int8 (a few env steps' worth).
 
@@ -104,4 +143,5 @@ def actor_policy(learner: OffPolicyLearner, quant: QuantSpec, observations: torc
         ('QuantizedNetwork', True, 0.25)
     """
     network = QuantizedNetwork.from_network(learner.behaviour_network, quant, observations)
-    return ExplorationPolicy(network, learner.spec, learner.noise_scale, stochastic=learner.stochastic)
+    return ExplorationPolicy(network, learner.spec, learner.noise_scale, stochastic=learner.stochastic,
+                             records=learner.records)

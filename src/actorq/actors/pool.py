@@ -387,6 +387,12 @@ class ActorPool(ActorPoolBase):
             the whole run, as the resumed trainer's batch counters do.
         restart_on_failure: restart the workers when one fails (else raise at once).
         max_restarts: restarts allowed in one run; the next failure raises.
+        collection: ``"async"`` (each worker collects its next batch while the learner
+            trains) or ``"lockstep"`` (rounds: every worker collects one batch with the
+            weights pushed last, the iteration yields the round as one batch ``[envs, T]``,
+            and the next round starts when the next batch is asked for, after the learner
+            trained and pushed). A worker that fails mid-round loses the round (counted in
+            :attr:`dropped_frames`).
 
     Attributes:
         frames: frames yielded so far (or, with a ``writer``, announced as written),
@@ -420,10 +426,11 @@ class ActorPool(ActorPoolBase):
         frames_done: int = 0,
         lean_rollout: bool = True,
         env_modules: tuple[str, ...] = (),
+        collection: str = "async",
     ):
         super().__init__(env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
                          init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
-                         frames_done, env_modules)
+                         frames_done, env_modules, collection)
         self.lean_rollout = lean_rollout
         self.writer = writer
         self._dropped_before = 0  # by collectors that were replaced
@@ -481,6 +488,9 @@ class ActorPool(ActorPoolBase):
             self._receiver = None
 
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
+        if self.collection == "lockstep":
+            yield from self._lockstep()
+            return
         batches = self._receive()
         while True:
             try:
@@ -514,6 +524,25 @@ class ActorPool(ActorPoolBase):
                     return
             if self.frames >= self.total_frames and self.writer is None:
                 return
+
+    def _lockstep(self) -> Iterator[TensorDictBase | Written]:
+        """Rounds of every worker's batch, each yielded as one batch (:meth:`__iter__`)."""
+        rounds = self.collector.rounds()
+        while self.frames < self.total_frames:
+            try:
+                batches = next(rounds)
+            except StopIteration:
+                return
+            except Exception as error:
+                failure = _as_worker_failure(error, self.collector)
+                if failure is None:
+                    raise
+                saved = self._recover(failure)  # restarts the workers (or raises)
+                self._dropped_before += sum(batch.numel() for batch in saved)  # a round is whole or lost
+                rounds = self.collector.rounds()
+                continue
+            self.frames += self.batch_frames
+            yield WRITTEN if self.writer is not None else merge_round(batches)
 
     def _recover(self, failure: _WorkerFailed) -> list[TensorDictBase]:
         """Stops the failed collector and restarts it with the last pushed weights (or raises);
@@ -558,7 +587,9 @@ class ActorPool(ActorPoolBase):
         ``restart_on_failure`` the weights are kept for the restart, which the iteration
         does; otherwise :class:`ActorWorkerError` is raised.
         """
-        weights = TensorDict({"module": TensorDict.from_module(policy)}, batch_size=[]).clone()
+        # Not a copy: the actors' policy changes only when the next push loads new weights,
+        # which replace these as the ones a restart starts from.
+        weights = TensorDict({"module": TensorDict.from_module(policy)}, batch_size=[])
         self._weights = weights
         try:
             self.collector.push(weights)
@@ -570,6 +601,19 @@ class ActorPool(ActorPoolBase):
     def shutdown(self) -> None:
         self._close_receiver()
         self.collector.shutdown(raise_on_error=False)
+
+
+def merge_round(batches: list[TensorDictBase]) -> TensorDictBase:
+    """The batches of one lock-step round as one ``[envs, T]`` batch (each worker's envs in
+    turn; a worker of one env contributes one row).
+
+    Example:
+        >>> one, two = TensorDict({"r": torch.zeros(5)}, [5]), TensorDict({"r": torch.ones(2, 5)}, [2, 5])
+        >>> merge_round([one, two]).shape
+        torch.Size([3, 5])
+    """
+    rows = [batch.unsqueeze(0) if batch.ndim == 1 else batch for batch in batches]
+    return torch.cat(rows, 0) if len(rows) > 1 else rows[0]
 
 
 def _as_worker_failure(error: BaseException, collector: _Collector) -> _WorkerFailed | None:

@@ -61,8 +61,9 @@ class LeanCollector(Collector):
         n, steps = env.num_envs, self.frames_per_batch
         spec = env.action_spec
         action_shape = spec.shape[len(env.batch_size):]
-        buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype)
         policy = adapter.policy_module(self)
+        records = tuple(getattr(policy, "records", ()))
+        buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype, records)
         traj_ids = adapter.current_traj_ids(self).reshape(n).clone()
         traj_ids_array = traj_ids.numpy()  # the same memory; numpy's copy from a tensor is slow
         obs = env.observation
@@ -74,6 +75,10 @@ class LeanCollector(Collector):
                 action = spec.rand()
             else:
                 action = policy(torch.from_numpy(obs) if env.batched else torch.from_numpy(obs[0]))
+                if records:  # (action, *records), as the learner asked
+                    action, recorded = action[0], action[1:]
+                    for array, value in zip(buffers.records.values(), recorded):
+                        array[:, t] = value.numpy().reshape(n)
             actions = action.numpy().reshape(n, *action_shape)
             buffers.action[:, t] = actions
             step = env.step_numpy(actions)
@@ -86,10 +91,15 @@ class LeanCollector(Collector):
         return buffers.tensordict(env.batched)
 
 
+RECORD_DTYPES = {"log_prob": np.float32, "policy_version": np.int64}
+"""The dtype of each thing a policy may record (:data:`actorq.actors.policy.RECORDS`)."""
+
+
 class _Buffers:
     """The arrays of one batch, ``[envs, steps, ...]`` (TorchRL's layout: time last)."""
 
-    def __init__(self, n: int, steps: int, obs_dim: int, action_shape: torch.Size, action_dtype: torch.dtype):
+    def __init__(self, n: int, steps: int, obs_dim: int, action_shape: torch.Size, action_dtype: torch.dtype,
+                 records: tuple[str, ...] = ()):
         def floats(*shape):
             return np.empty((n, steps, *shape), dtype=np.float32)
 
@@ -100,6 +110,8 @@ class _Buffers:
         self.action = torch.empty((n, steps, *action_shape), dtype=action_dtype).numpy()
         self.traj_ids = np.empty((n, steps), dtype=np.int64)
         self.next = StepArrays(floats(obs_dim), floats(1), floats(1), flags(), flags(), flags())
+        # What the policy records with each action: sized from what it was asked to record.
+        self.records = {name: np.empty((n, steps), dtype=RECORD_DTYPES[name]) for name in records}
 
     def write_next(self, t: int, step: StepArrays) -> None:
         for array, value in zip(self.next, step):
@@ -112,7 +124,8 @@ class _Buffers:
         false = np.zeros_like(self.next.done)  # a root step never starts ended (restarts happen before it)
         shape = self.traj_ids.shape if batched else self.traj_ids.shape[1:]
         root = {OBSERVATION: tensor(self.obs), EPISODE_REWARD: tensor(self.episode_reward),
-                "action": tensor(self.action), "done": tensor(false), "terminated": tensor(false.copy()),
+                "action": tensor(self.action), **{name: tensor(array) for name, array in self.records.items()},
+                "done": tensor(false), "terminated": tensor(false.copy()),
                 "truncated": tensor(false.copy()),
                 "collector": TensorDict({"traj_ids": tensor(self.traj_ids)}, batch_size=shape),
                 "next": TensorDict(self.next.entries(tensor), batch_size=shape)}

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from actorq.algos.base import Exploration, OffPolicyLearner, check_positive
+from actorq.algos.base import Exploration, check_positive
+from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
 from actorq.networks import Critic, CriticEnsemble
 from actorq.replay.base import Sample
@@ -50,7 +51,7 @@ class ActorCriticLearner(OffPolicyLearner):
             when training starts: after seconds of compiling, ~10% more updates/s for SAC on
             one CPU thread and none or fewer for TD3 (measured, docs/benchmarks.md), hence off
             by default.
-        **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
+        **kwargs: :class:`~actorq.algos.off_policy.OffPolicyLearner` arguments.
     """
 
     num_critics = 1

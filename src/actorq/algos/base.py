@@ -1,20 +1,27 @@
-"""The off-policy learner every algorithm shares: replay in, gradient steps out.
+"""What every learner shares, whichever family it belongs to.
 
-One Lightning "batch" is one batch of experience from the actors. ``training_step`` turns
-it into n-step transitions, stores them (through the experience pipeline's
-:class:`~actorq.replay.experience.ExperienceWriter`), and runs ``update_to_data * frames``
-gradient updates on replay samples. With a shared replay the actor processes store their
-batches themselves and the "batch" is only a marker; the frames that arrived are counted
-all the same. Subclasses only say what their networks and optimizers are and what one
-update does (:meth:`update`), returning named loss terms; the logged value of each term is
-its mean over the updates of one batch.
+actorq has two learner families, each a base class beside the other (SB3's
+``OffPolicyAlgorithm`` / ``OnPolicyAlgorithm`` split):
 
-The learner is complete at construction. ``train()`` then hands it the experience pipeline
-it learns from (:meth:`OffPolicyLearner.learn_from`): an :class:`ExperienceSource`, the few
-things the learner uses of :class:`actorq.experience.Experience`. The learner never reaches
-it through the Trainer, and the experience pipeline never reads the learner: what both need
-(the frames received, the exploration scale at them) is the learner's :attr:`clock`, which
-``train()`` hands to both.
+- :class:`~actorq.algos.off_policy.OffPolicyLearner` (DQN, DDPG, TD3, SAC, D4PG): the
+  actors' batches go into a replay, and updates sample from it.
+- :class:`~actorq.algos.on_policy.OnPolicyLearner` (A2C, PPO): each batch is a rollout
+  ``[envs, T]`` straight from the actors, used once, with what the learner declared the
+  actors must record (the log-probability of each action under the actors' own policy,
+  and the policy version they acted with).
+
+:class:`Learner` is the base of both: the networks the actors run a copy of, optimizers and
+their learning-rate schedule, the finite-loss guard, target networks, the frame clock,
+logging and the counters a checkpoint keeps. A learner declares what it needs of its
+experience in two class attributes: :attr:`Learner.experience_kind` (``"replay"`` or
+``"rollout"``) and :attr:`Learner.records` (what the actors record with each step).
+
+A learner is complete at construction. ``train()`` then hands it the experience pipeline it
+learns from (:meth:`Learner.learn_from`): an :class:`ExperienceSource`, the few things the
+learner uses of :class:`actorq.experience.Experience`. The learner never reaches it through
+the Trainer, and the experience pipeline never reads the learner: what both need (the frames
+received, the exploration scale at them) is the learner's :attr:`clock`, which ``train()``
+hands to both.
 
 Attributes that callbacks rely on (documented, stable):
     experience: the :class:`ExperienceSource` it learns from (after :meth:`learn_from`).
@@ -29,7 +36,6 @@ Attributes that callbacks rely on (documented, stable):
 from __future__ import annotations
 
 import math
-
 import time
 import warnings
 from abc import abstractmethod
@@ -44,13 +50,15 @@ from actorq.clock import FrameClock
 from actorq.envs import EnvSpec
 from actorq.finite import check_finite_loss
 from actorq.parallel import ranks_in_sync
-from actorq.replay.base import Sample
 from actorq.replay.experience import Arrivals
 from actorq.resume import extend_to_budget, rng_states, set_rng_states
 
 # TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
 # per update (the schedule counts updates, not optimizer steps), which torch warns about.
 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+
+EXPERIENCE_KINDS = ("replay", "rollout")
+"""What a learner learns from: transitions sampled from a replay, or whole rollouts."""
 
 
 class Exploration:
@@ -115,49 +123,41 @@ class LinearDecay:
         return 1.0 - progress * (1.0 - self.final_fraction)
 
 
-class Sampling(Protocol):
-    """What the learner draws updates from: a replay, or its share of one
-    (:class:`actorq.parallel.RankSampling`)."""
-
-    def __len__(self) -> int: ...
-
-    def sample(self, batch_size: int) -> Sample: ...
-
-    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None: ...
-
-
 class ExperienceSource(Protocol):
     """What the learner uses of its experience pipeline (:class:`actorq.experience.Experience`).
 
     Attributes:
         total_frames: env frames the run collects (the learning-rate schedule is planned over them).
-        sampling: what updates sample from and priorities go back to (``None`` before fit).
+        frames_per_batch: env frames in each batch the learner receives.
+        sampling: what off-policy updates sample from and priorities go back to (``None``
+            before fit, and for rollouts).
+        policy_version: the version of the policy last published to the actors (0 before
+            the first push).
     """
 
     total_frames: int
-    sampling: Sampling | None
+    frames_per_batch: int
+    sampling: Any
+    policy_version: int
 
     def receive(self, batch: Any) -> Arrivals:
-        """Stores a batch of experience (unless a worker stored it); says what arrived."""
+        """Takes a batch of experience (stores it, unless a worker stored it); says what arrived."""
 
     def actor_counters(self) -> dict[str, int]:
         """``dropped_frames`` and ``restarts`` of the actors so far (empty before they start)."""
 
 
-class OffPolicyLearner(L.LightningModule):
-    """Base learner: experience handling, update scheduling, target networks, logging.
+class Learner(L.LightningModule):
+    """The base of both learner families: networks, optimizers, targets, logging, counters.
+
+    A family says what one batch of experience pays for (:meth:`learn`) and how many updates
+    a run of a given length plans (:meth:`planned_updates`); an algorithm says what its
+    networks and optimizers are and what one update does.
 
     Args:
         spec: the environment spec.
         exploration: actor-side exploration schedule.
         gamma: discount factor.
-        n_step: rewards summed per transition.
-        batch_size: transitions per gradient update.
-        update_to_data: gradient updates per environment frame received.
-        learning_starts: frames stored before the first update.
-        target_tau: soft target update rate (1.0 with ``target_update_period`` > 1 gives
-            periodic hard copies).
-        target_update_period: learner steps between target updates.
         final_lr_fraction: every optimizer's learning rate falls linearly from its initial
             value to this fraction of it over the run's planned updates (1.0 keeps it
             constant), through a ``LambdaLR`` scheduler per optimizer. A smaller step size
@@ -167,28 +167,15 @@ class OffPolicyLearner(L.LightningModule):
 
     action_space: str = "continuous"  # or "discrete"; checked against the env at start
     stochastic: bool = False  # the actors act with behaviour_network.sample() instead of adding noise
+    experience_kind: str = "replay"  # or "rollout" (EXPERIENCE_KINDS)
+    records: tuple[str, ...] = ()  # what the actors record with each step besides the action (actorq.actors.policy.RECORDS)
+    target_tau: float = 1.0  # soft target update rate of update_targets (1.0 copies)
 
-    def __init__(
-        self,
-        spec: EnvSpec,
-        exploration: Exploration,
-        gamma: float = 0.99,
-        n_step: int = 1,
-        batch_size: int = 256,
-        update_to_data: float = 1.0,
-        learning_starts: int = 1000,
-        target_tau: float = 0.005,
-        target_update_period: int = 1,
-        final_lr_fraction: float = 1.0,
-    ):
+    def __init__(self, spec: EnvSpec, exploration: Exploration, gamma: float = 0.99, final_lr_fraction: float = 1.0):
         super().__init__()
-        # batch_size, n_step and learning_starts are checked with the run config (actorq.checks)
-        check_positive(target_update_period=target_update_period, update_to_data=update_to_data)
-        check_number(gamma=gamma, target_tau=target_tau, final_lr_fraction=final_lr_fraction)
+        check_number(gamma=gamma, final_lr_fraction=final_lr_fraction)
         if not 0 < gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
-        if not 0 < target_tau <= 1:
-            raise ValueError(f"target_tau must be in (0, 1], got {target_tau}")
         if not 0 <= final_lr_fraction <= 1:
             raise ValueError(f"final_lr_fraction must be in [0, 1], got {final_lr_fraction}")
         self.automatic_optimization = False
@@ -196,15 +183,8 @@ class OffPolicyLearner(L.LightningModule):
         self.clock = FrameClock(exploration)
         self.experience: ExperienceSource | None = None
         self.gamma = gamma
-        self.n_step = n_step
-        self.batch_size = batch_size
-        self.update_to_data = update_to_data
-        self.learning_starts = learning_starts
-        self.target_tau = target_tau
-        self.target_update_period = target_update_period
         self.final_lr_fraction = final_lr_fraction
         self.learner_steps = 0
-        self._update_debt = 0.0
         self.time_collect = 0.0
         self.time_learn = 0.0
         self._batch_ready_at = None
@@ -219,21 +199,38 @@ class OffPolicyLearner(L.LightningModule):
     @property
     @abstractmethod
     def behaviour_network(self) -> nn.Module:
-        """The network the actors run (Q-network or deterministic actor): a policy network
-        with an MLP ``trunk`` (an ``nn.Sequential``) and a ``head`` (see
+        """The network the actors run (Q-network, deterministic actor or policy): a policy
+        network with an MLP ``trunk`` (an ``nn.Sequential``) and a ``head`` (see
         :func:`check_policy_network`)."""
 
     @abstractmethod
     def make_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimizers, in the order :meth:`update` unpacks ``self.optimizers()``."""
+        """The optimizers, in the order the algorithm's update unpacks ``self.optimizers()``."""
 
-    @abstractmethod
-    def update(self, sample: Sample) -> dict[str, torch.Tensor]:
-        """One gradient update; returns named, detached loss terms (``loss_*``) and metrics."""
-
-    @abstractmethod
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        """``(target, online)`` network pairs kept in sync by :meth:`update_targets`."""
+        """``(target, online)`` network pairs kept in sync by :meth:`update_targets` (none here)."""
+        return []
+
+    # --- what a family provides -------------------------------------------------------
+
+    @abstractmethod
+    def learn(self, batch: Any, new_frames: int) -> dict[str, torch.Tensor]:
+        """Runs the updates one batch of experience pays for; returns each logged term."""
+
+    @abstractmethod
+    def planned_updates(self, total_frames: int) -> int:
+        """Gradient updates a run of ``total_frames`` env frames makes."""
+
+    def counters(self) -> dict[str, Any]:
+        """This family's counters a checkpoint keeps, beyond the shared ones."""
+        return {}
+
+    def restore_counters(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`counters` saved (missing keys keep their defaults)."""
+
+    def log_values(self) -> dict[str, float]:
+        """This family's own per-batch metrics."""
+        return {}
 
     def act(self, observation: torch.Tensor) -> torch.Tensor:
         """Deterministic (greedy) action of the fp32 learner policy for a batch."""
@@ -255,14 +252,10 @@ class OffPolicyLearner(L.LightningModule):
             nn.utils.clip_grad_norm_(params, max_grad_norm)
         optimizer.step()
 
-    def feed_priorities(self, sample: Sample, td_error: torch.Tensor) -> None:
-        """Sends ``|td_error|`` back to the replay (a no-op for uniform replay)."""
-        self.experience.sampling.update_priorities(sample.indices, td_error.detach().abs().cpu())
-
     # --- the shared loop ------------------------------------------------------------
 
     def learn_from(self, experience: ExperienceSource) -> None:
-        """The experience pipeline this learner receives batches from and samples updates from."""
+        """The experience pipeline this learner receives batches from."""
         self.experience = experience
 
     @property
@@ -278,10 +271,6 @@ class OffPolicyLearner(L.LightningModule):
     @frames.setter
     def frames(self, frames: int) -> None:
         self.clock.frames = frames
-
-    def planned_updates(self, total_frames: int) -> int:
-        """Gradient updates a run of ``total_frames`` env frames makes (each draws one sample)."""
-        return int(max(0, total_frames - self.learning_starts) * self.update_to_data)
 
     @property
     def noise_scale(self) -> float:
@@ -307,41 +296,20 @@ class OffPolicyLearner(L.LightningModule):
             self.time_collect += started - self._batch_ready_at
         arrivals = self.experience.receive(batch)
         self.frames += arrivals.frames
-        metrics = self._learn(arrivals.frames)
+        metrics = self.learn(batch, arrivals.frames)
         self.time_learn += time.perf_counter() - started
         self._batch_ready_at = time.perf_counter()
         self._log(arrivals, metrics)
 
-    def _learn(self, new_frames: int) -> dict[str, torch.Tensor]:
-        """Runs the updates this batch pays for; returns each term's mean over them."""
-        replay = self.experience.sampling
-        if self.frames < self.learning_starts or len(replay) < self.batch_size:
-            return {}
-        self._update_debt += new_frames * self.update_to_data
-        totals: dict[str, torch.Tensor] = {}
-        counts: dict[str, int] = {}
-        while self._update_debt >= 1:
-            self._update_debt -= 1
-            sample = replay.sample(self.batch_size)
-            if self.device.type != "cpu":  # the replay lives in CPU memory
-                sample.batch = sample.batch.to(self.device)
-                sample.weights = sample.weights.to(self.device)
-            for name, value in self.update(sample).items():
-                totals[name] = totals.get(name, 0.0) + value
-                counts[name] = counts.get(name, 0) + 1
-            self.learner_steps += 1
-            self._step_schedulers()
-            if self.learner_steps % self.target_update_period == 0:
-                self.update_targets()
-        return {name: total / counts[name] for name, total in totals.items()}
-
-    def _step_schedulers(self) -> None:
+    def step_schedulers(self) -> None:
+        """Steps every learning-rate scheduler once (once per update)."""
         schedulers = self.lr_schedulers()
         for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
             if scheduler is not None:
                 scheduler.step()
 
     def update_targets(self) -> None:
+        """Moves every target network :attr:`target_tau` of the way to its online network."""
         for target, online in self.target_pairs():
             soft_update(target, online, self.target_tau)
 
@@ -359,7 +327,7 @@ class OffPolicyLearner(L.LightningModule):
                 "collect/exploration": self.noise_scale,
                 "time/collect_fraction": self.time_collect / total_time if total_time else 0.0,
                 "time/learn_s": self.time_learn,
-                "time/samples_per_insert": self.learner_steps * self.batch_size / max(1, self.frames),
+                **self.log_values(),
                 # Lightning uses a logged "step" as the x-axis: env frames.
                 "step": float(self.frames),
             }
@@ -395,18 +363,17 @@ class OffPolicyLearner(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["actorq"] = {"frames": self.frames, "learner_steps": self.learner_steps,
-                                "update_debt": self._update_debt, "time_collect": self.time_collect,
-                                "time_learn": self.time_learn, "wall_clock": self.wall_clock,
-                                "rng": rng_states()}
+                                "time_collect": self.time_collect, "time_learn": self.time_learn,
+                                "wall_clock": self.wall_clock, "rng": rng_states(), **self.counters()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("actorq", {})
         self.frames = state.get("frames", 0)
         self.learner_steps = state.get("learner_steps", 0)
-        self._update_debt = state.get("update_debt", 0.0)
         self.time_collect = state.get("time_collect", 0.0)
         self.time_learn = state.get("time_learn", 0.0)
         self.wall_clock_before = state.get("wall_clock", 0.0)
+        self.restore_counters(state)
         if "rng" in state:
             set_rng_states(state["rng"])
         if self.experience is not None:  # restoring a run: it may go on to a larger budget

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.base import Exploration, OffPolicyLearner, adam, check_positive
+from actorq.algos.base import Exploration, adam, check_positive
+from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
 from actorq.networks import QNetwork
 from actorq.replay.base import Sample
@@ -31,7 +32,7 @@ class DQN(OffPolicyLearner):
         lr: Adam learning rate.
         double: use the online network to pick the next action (double DQN).
         max_grad_norm: gradient clipping threshold (0 disables).
-        **kwargs: :class:`~actorq.algos.base.OffPolicyLearner` arguments.
+        **kwargs: :class:`~actorq.algos.off_policy.OffPolicyLearner` arguments.
     """
 
     action_space = "discrete"

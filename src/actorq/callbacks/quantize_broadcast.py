@@ -1,13 +1,14 @@
 """QuantizeBroadcast: on a schedule, the learner's fp32 policy -> the actors' precision -> the actors.
 
-Every ``every_n_steps`` learner steps the callback encodes the learner's behaviour network at
-the actors' precision (``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see
-weights on the same schedule) and hands the payload to the experience pipeline
-(``trainer.datamodule.push``), which loads it into the main process's copy of the actors'
-policy, sets its exploration scale where the run stands and pushes it to every worker.
-Static int8 calibrates on observations drawn uniformly from the replay
-(``trainer.datamodule.calibration_observations``), without touching the learner's sampling
-state.
+The callback decides when: every ``every_n_steps`` learner steps it checks that the learner's
+behaviour network is finite and hands it to the experience pipeline
+(``trainer.datamodule.publish``), which owns the rest: the actors' precision
+(``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see weights on the same
+schedule), calibration (observations drawn uniformly from the replay without touching the
+learner's sampling state, or from the last rollout), encoding, and the push to every worker
+as the next policy version. The fidelity metrics (the actors' copy against the learner's
+policy) run the decoded copy again, so they are measured on every
+``fidelity_every_n_pushes``-th push only, off the other pushes' path.
 
 Example:
     >>> broadcast = QuantizeBroadcast(every_n_steps=100, warmup_steps=50)
@@ -28,10 +29,10 @@ from typing_extensions import override
 
 from actorq.callbacks.schedule import Every
 from actorq.finite import check_finite_weights
-from actorq.quant import fidelity_metrics, payload_nbytes, quantize
+from actorq.quant import fidelity_metrics
 
 if TYPE_CHECKING:
-    from actorq.algos.base import OffPolicyLearner
+    from actorq.algos.base import Learner
     from actorq.experience import Experience
 
 
@@ -39,22 +40,28 @@ class QuantizeBroadcast(Callback):
     """Pushes the learner's policy, at the actors' precision, to every actor on a schedule.
 
     Logs ``quant/broadcast_ms``, ``quant/broadcast_bytes`` (the payload that crosses to each
-    worker), ``quant/broadcasts`` and the fidelity metrics of
+    worker), ``quant/broadcasts``, ``quant/policy_version`` and, on the first push and every
+    ``fidelity_every_n_pushes``-th after it, the fidelity metrics of
     :func:`actorq.quant.fidelity_metrics` (``quant/action_error``, ``quant/weight_error``, ...)
-    on a replay sample.
+    on the calibration observations.
 
     Args:
         every_n_steps: learner steps between pushes.
         warmup_steps: learner steps before the first scheduled push.
+        fidelity_every_n_pushes: pushes between two measurements of the fidelity metrics.
     """
 
-    def __init__(self, every_n_steps: int = 100, warmup_steps: int = 0):
+    def __init__(self, every_n_steps: int = 100, warmup_steps: int = 0, fidelity_every_n_pushes: int = 10):
         if every_n_steps <= 0:
             raise ValueError(f"callbacks.broadcast.every_n_steps must be positive, got {every_n_steps}")
         if warmup_steps < 0:
             raise ValueError(f"callbacks.broadcast.warmup_steps must be >= 0, got {warmup_steps}")
+        if fidelity_every_n_pushes <= 0:
+            raise ValueError("callbacks.broadcast.fidelity_every_n_pushes must be positive, "
+                             f"got {fidelity_every_n_pushes}")
         self.every_n_steps = every_n_steps
         self.warmup_steps = warmup_steps
+        self.fidelity_every_n_pushes = fidelity_every_n_pushes
         self.schedule = Every(every_n_steps)
         self.last_step = 0
         self.broadcasts = 0
@@ -79,24 +86,23 @@ class QuantizeBroadcast(Callback):
             return
         self.broadcast(trainer.datamodule, pl_module)
 
-    def broadcast(self, experience: Experience, learner: OffPolicyLearner) -> dict[str, float]:
-        """Encodes the learner's policy at the actors' precision and pushes it now; returns
-        the logged metrics."""
+    def broadcast(self, experience: Experience, learner: Learner) -> dict[str, float]:
+        """Publishes the learner's policy to the actors now; returns the logged metrics."""
         started = time.perf_counter()
         network = on_cpu(learner.behaviour_network)
         check_finite_weights(network, "the policy", learner.learner_steps)
-        quant = experience.quant
-        observations = experience.calibration_observations(quant.calibration_samples)
-        payload = quantize(network, quant, observations)
-        actor_network = experience.push(payload)
+        published = experience.publish(network)
         self.last_step = learner.learner_steps
         self.broadcasts += 1
         metrics = {
             "quant/broadcast_ms": 1000 * (time.perf_counter() - started),
-            "quant/broadcast_bytes": float(payload_nbytes(payload)),
+            "quant/broadcast_bytes": float(published.payload_bytes),
             "quant/broadcasts": float(self.broadcasts),
-            **fidelity_metrics(network, actor_network, observations, learner.spec.discrete),
+            "quant/policy_version": float(published.version),
         }
+        if (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
+            metrics.update(fidelity_metrics(network, published.actor_network, published.observations,
+                                            learner.spec.discrete))
         if learner.logger is not None:  # once per push, at the push's frame count
             learner.logger.log_metrics(metrics, step=learner.frames)
         return metrics

@@ -141,6 +141,11 @@ class QuantizedNetwork(nn.Module):
         """``head.sample(trunk(obs))``: a stochastic policy's action (SAC's actors)."""
         return self._modules["head"].sample(self.features(observation))
 
+    def sample_with_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``head.sample_with_log_prob(trunk(obs))``: an action and its log-probability under
+        this (reduced-precision) policy, what on-policy actors record."""
+        return self._modules["head"].sample_with_log_prob(self.features(observation))
+
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
         self._ensure_built()

@@ -1,0 +1,148 @@
+"""The on-policy learner family: each batch is a rollout ``[envs, T]`` straight from the actors.
+
+No replay: the actors' batch of one round (lock-step collection, ``actors.collection=lockstep``,
+what ``auto`` picks for this family) or of one worker (asynchronous collection) is the
+rollout, used once and dropped. The actors record with every step what
+:attr:`OnPolicyLearner.records` asks for: the log-probability of the action under the policy
+they acted with (``log_prob``; the int8 policy when the actors run int8) and that policy's
+version (``policy_version``). Quantized actors are a behaviour policy, so an on-policy
+learner corrects for the difference between what they ran and what it trains, e.g. with
+:func:`truncated_importance_weights`; every batch logs how far behind the learner the
+actors' policy was (``collect/policy_lag``, in published versions).
+
+A subclass says what its networks and optimizers are and what it makes of one rollout
+(:meth:`OnPolicyLearner.update_rollout`), calling :meth:`OnPolicyLearner.gradient_step` for
+each gradient update.
+
+Example:
+    >>> import torch
+    >>> reward = torch.tensor([[1.0, 1.0, 1.0]])
+    >>> value, next_value = torch.zeros(1, 3), torch.tensor([[0.0, 0.0, 10.0]])
+    >>> no = torch.zeros(1, 3, dtype=torch.bool)
+    >>> gae(reward, value, next_value, terminated=no, done=no, gamma=0.5, lam=1.0)  # bootstrapped at the end
+    tensor([[3.0000, 4.0000, 6.0000]])
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from actorq.algos.base import Exploration, Learner
+from actorq.envs import EnvSpec
+
+
+class OnPolicyLearner(Learner):
+    """Base on-policy learner: whole rollouts in, a few gradient updates out, no replay.
+
+    Args:
+        spec: the environment spec.
+        exploration: unused by the policy's own sampling; kept so every learner is built
+            the same way (default: a scale of 0).
+        gamma: discount factor.
+        final_lr_fraction: see :class:`~actorq.algos.base.Learner`.
+
+    Attributes:
+        updates_per_rollout: gradient updates :meth:`update_rollout` makes of one rollout
+            (the learning-rate schedule plans with it).
+        policy_lag: published policy versions between the learner's policy and the oldest
+            the actors acted with in the last rollout (0 in lock-step collection).
+    """
+
+    experience_kind = "rollout"
+    records = ("log_prob", "policy_version")
+    stochastic = True
+    updates_per_rollout: int = 1
+
+    def __init__(self, spec: EnvSpec, exploration: Exploration | None = None, gamma: float = 0.99,
+                 final_lr_fraction: float = 1.0):
+        super().__init__(spec, exploration if exploration is not None else Exploration(0.0), gamma=gamma,
+                         final_lr_fraction=final_lr_fraction)
+        self.policy_lag = 0
+
+    @abstractmethod
+    def update_rollout(self, rollout: TensorDictBase) -> dict[str, torch.Tensor]:
+        """The gradient updates of one rollout ``[envs, T]``; returns named, detached terms."""
+
+    def gradient_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
+        """One gradient update (:meth:`~actorq.algos.base.Learner.optimizer_step`), counted,
+        with the learning-rate schedule stepped."""
+        self.optimizer_step(optimizer, loss, max_grad_norm)
+        self.learner_steps += 1
+        self.step_schedulers()
+
+    def planned_updates(self, total_frames: int) -> int:
+        """Gradient updates a run of ``total_frames`` env frames makes: ``updates_per_rollout``
+        for each batch of ``experience.frames_per_batch`` frames."""
+        frames_per_batch = self.experience.frames_per_batch if self.experience is not None else total_frames
+        return math.ceil(total_frames / frames_per_batch) * self.updates_per_rollout
+
+    def learn(self, batch: TensorDictBase, new_frames: int) -> dict[str, torch.Tensor]:
+        rollout = batch if batch.ndim == 2 else batch.unsqueeze(0)  # one env: [T] -> [1, T]
+        if self.device.type != "cpu":
+            rollout = rollout.to(self.device)
+        self.policy_lag = self.experience.policy_version - int(rollout["policy_version"].min())
+        return self.update_rollout(rollout)
+
+    def log_values(self) -> dict[str, float]:
+        return {"collect/policy_lag": float(self.policy_lag)}
+
+
+def gae(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor,
+        done: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """Generalized advantage estimates (Schulman et al. 2016) of a rollout ``[envs, T]``.
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)`` and
+    ``A_t = delta_t + gamma * lam * (1 - done_t) * A_{t+1}``, with ``A_T = 0``: an episode cut
+    by a time limit (done, not terminated) bootstraps from the value of its last observation,
+    a terminated one does not, and the rollout's last step bootstraps from ``V(s'_{T-1})``.
+
+    Args:
+        reward, value, next_value: ``[envs, T]``: ``r_t``, ``V(s_t)``, ``V(s'_t)``.
+        terminated, done: ``[envs, T]`` booleans: the episode ended in a terminal state; it
+            ended for any reason (terminal or truncated).
+        gamma: discount.
+        lam: GAE's lambda (1: Monte-Carlo returns bootstrapped at the rollout's end; 0: TD(0)).
+    """
+    delta = reward + gamma * (~terminated).float() * next_value - value
+    carry = gamma * lam * (~done).float()
+    advantage = torch.zeros_like(delta)
+    running = torch.zeros_like(delta[:, 0])
+    for t in range(delta.shape[1] - 1, -1, -1):
+        running = delta[:, t] + carry[:, t] * running
+        advantage[:, t] = running
+    return advantage
+
+
+def truncated_importance_weights(log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor,
+                                 clip: float = 1.0) -> torch.Tensor:
+    """``min(pi(a|s) / mu(a|s), clip)``, detached: how much an action the actors' policy ``mu``
+    took counts for the learner's ``pi`` (truncated importance sampling, as in V-trace's
+    rho-bar). With fp32 actors in lock-step, ``pi == mu`` at the first update and every weight
+    is 1.
+
+    Example:
+        >>> truncated_importance_weights(torch.log(torch.tensor([0.5, 0.2])), torch.log(torch.tensor([0.25, 0.4])))
+        tensor([1.0000, 0.5000])
+    """
+    return (log_prob.detach() - behaviour_log_prob).exp().clamp(max=clip)
+
+
+def rollout_fields(rollout: TensorDictBase) -> dict[str, Any]:
+    """The fields of a rollout ``[envs, T]`` every on-policy update reads, shaped ``[envs, T]``
+    (or ``[envs, T, dim]`` for observations): ``observation``, ``next_observation``, ``action``,
+    ``reward``, ``terminated``, ``done`` and the actors' ``log_prob``."""
+    shape = rollout.shape
+    return {
+        "observation": rollout["observation"],
+        "next_observation": rollout["next", "observation"],
+        "action": rollout["action"],
+        "reward": rollout["next", "reward"].reshape(shape).float(),
+        "terminated": rollout["next", "terminated"].reshape(shape),
+        "done": rollout["next", "done"].reshape(shape),
+        "log_prob": rollout["log_prob"].reshape(shape),
+    }
