@@ -330,10 +330,12 @@ REPLACED_SPELLINGS = {
 def composition_error(argv: list[str]) -> str | None:
     """Why Hydra cannot compose the config of a single run from ``argv``, in one line (``None``
     when it can). Sweeps (``-m``), Hydra's own flags and ``hydra.*`` overrides are left to
-    Hydra, which checks each job itself."""
+    Hydra, which checks each job itself; ``hydra.searchpath`` is kept, since a user's own
+    config folder (an experiment of one's own) is part of the composition."""
     if any(arg.startswith("-") for arg in argv):
         return None
-    overrides = [arg for arg in argv if not arg.lstrip("+~").startswith("hydra")]
+    overrides = [arg for arg in argv
+                 if not arg.lstrip("+~").startswith("hydra") or arg.lstrip("+~").startswith("hydra.searchpath")]
     replaced = next((arg for arg in overrides if arg.lstrip("+") in REPLACED_SPELLINGS), None)
     if replaced is not None:
         return f"{replaced}: {REPLACED_SPELLINGS[replaced.lstrip('+')]}"
