@@ -1,9 +1,9 @@
 """``python -m actorq +experiment=NAME key=value ...``: train one run (or a sweep with -m).
 
 Exit codes: 0 done, 2 bad input (a one-line ``actorq: error: ...``: an unknown key, group or
-option, bad override syntax, a value out of range), 130/143 interrupted (Ctrl-C/SIGTERM),
-1 a failed run (one line for a NaN or inf in training or an actor worker that kept failing,
-a traceback for anything unforeseen).
+option, bad override syntax, a value out of range, a ``run_dir`` or Hydra output dir that
+cannot be written), 130/143 interrupted (Ctrl-C/SIGTERM), 1 a failed run (one line for a NaN
+or inf in training or an actor worker that kept failing, a traceback for anything unforeseen).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from actorq.checks import check_run_config, composition_error
 from actorq.console import lightning_logs_through_root
 from actorq.errors import ConfigError, NonFiniteError
-from actorq.launch import logs_in_run_dir, sweep_error
+from actorq.launch import logs_in_run_dir, sweep_error, unwritable_dir_error
 
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")
@@ -56,8 +56,9 @@ def refuse(error: object) -> NoReturn:
 
 def cli() -> None:
     """``python -m actorq`` and the ``actorq`` command: the overrides must compose (every job
-    of a sweep, each checked too), then Hydra runs."""
-    error = composition_error(sys.argv[1:]) or sweep_error(sys.argv[1:])
+    of a sweep, each checked too) and the output dirs they name must be writable, then Hydra
+    runs."""
+    error = composition_error(sys.argv[1:]) or sweep_error(sys.argv[1:]) or unwritable_dir_error(sys.argv[1:])
     if error is not None:
         refuse(error)
     sys.argv[1:] = logs_in_run_dir(sys.argv[1:])

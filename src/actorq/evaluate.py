@@ -5,7 +5,7 @@ evaluation does (a lean batch of envs, :func:`actorq.envs.rollout_return`) and p
 mean return ± its standard deviation; with ``video=true`` it also writes the first episode
 as an mp4 (:mod:`actorq.video`). Exit codes: 0 done, 2 bad input (one line
 ``actorq.evaluate: error: ...``: no such run dir or checkpoint, a damaged checkpoint, an
-unknown key, a bad value, no renderer for the video).
+unknown key, a bad value, no renderer for the video, an env that cannot render).
 
 Example:
     >>> parse_args(["outputs/run", "episodes=3", "policy=quantized"])  # doctest: +NORMALIZE_WHITESPACE

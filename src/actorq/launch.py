@@ -10,7 +10,8 @@ Hydra's basic sweeper launches: the cartesian product of the comma lists and
 ``range(...)`` values, in the order given.
 
 A single run given ``run_dir=PATH`` keeps Hydra's own output there too
-(:func:`logs_in_run_dir`).
+(:func:`logs_in_run_dir`). An output dir named on the command line that cannot be created
+or written to stops the run in one line before Hydra starts (:func:`unwritable_dir_error`).
 
 Example:
     >>> sweep_jobs(["+experiment=dqn_cartpole", "quant.bits=32,8", "seed=range(0,2)"])
@@ -24,6 +25,7 @@ from __future__ import annotations
 import itertools
 import sys
 import tempfile
+from pathlib import Path
 
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
@@ -36,6 +38,8 @@ from actorq.checks import composition_error, unread_keys
 from actorq.errors import ConfigError
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+# The output dirs a command line can name, for a single run (False) and a sweep (True).
+OUTPUT_DIR_KEYS = {False: ("run_dir", "hydra.run.dir"), True: ("run_dir", "hydra.sweep.dir")}
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
@@ -134,3 +138,40 @@ def logs_in_run_dir(argv: list[str]) -> list[str]:
             any(arg.startswith("hydra.run.dir=") for arg in argv):
         return argv
     return [*argv, f"hydra.run.dir={run_dirs[-1]}"]
+
+
+def output_dirs(argv: list[str]) -> list[tuple[str, str]]:
+    """The output dirs ``argv`` names, as ``(key, path)``: ``run_dir`` and Hydra's
+    ``hydra.run.dir`` (a single run) or ``hydra.sweep.dir`` (a sweep, ``-m``). A value Hydra
+    still has to resolve (``${now:...}``) or sweep over is left out.
+
+    >>> output_dirs(["run_dir='runs/a b'", "hydra.sweep.dir=sweeps/a", "hydra.run.dir=logs/${now:%H}"])
+    [('run_dir', 'runs/a b')]
+    >>> output_dirs(["-m", "seed=0,1", "hydra.sweep.dir=sweeps/a", "run_dir=a,b"])
+    [('hydra.sweep.dir', 'sweeps/a')]
+    """
+    keys = OUTPUT_DIR_KEYS[any(arg in MULTIRUN_FLAGS for arg in argv)]
+    try:
+        parsed = OverridesParser.create().parse_overrides([arg for arg in argv if not arg.startswith("-")])
+    except HydraException:
+        return []
+    named = [(override.key_or_group, override.value()) for override in parsed
+             if override.key_or_group in keys and not override.is_sweep_override()]
+    return [(key, path) for key, path in named if isinstance(path, str) and path and "${" not in path]
+
+
+def unwritable_dir_error(argv: list[str]) -> str | None:
+    """Why an output dir named in ``argv`` cannot hold the run, in one line naming it (``None``
+    if each one can be created and written to, or ``argv`` asks Hydra for something else:
+    ``--help``, ``--cfg``). Hydra creates its output dir and writes ``.hydra/`` there before
+    actorq's code runs, and reports a failure with a traceback; so each dir is created here
+    first, as Hydra would next, and a file is written to it and removed."""
+    if {arg for arg in argv if arg.startswith("-")} - set(MULTIRUN_FLAGS):
+        return None
+    for key, path in output_dirs(argv):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+        except OSError as error:
+            return f"{key} {path} is not writable: {error.strerror or error}"
+    return None

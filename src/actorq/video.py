@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -144,15 +145,13 @@ def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[]
     """One raw env of ``env_name`` that can render, its ``frame()`` and its frames per second."""
     suite = find_suite(env_name, library)
     if isinstance(suite, GymnasiumSuite):
-        import gymnasium
-
         from actorq.envs.batched import GymnasiumEnvs
 
         if not GymnasiumEnvs.supports(env_name):
             raise ConfigError(f"video: {env_name} has no flat observation vector; it cannot be recorded")
         if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws offscreen; no display to find
-        raw = GymnasiumEnvs(env_name, 1, make=partial(gymnasium.make, env_name, render_mode="rgb_array"))
+        raw = GymnasiumEnvs(env_name, 1, make=partial(_make_rendering, env_name))
         env = raw.envs[0]
         return raw, env.render, float(env.metadata.get("render_fps") or 30)
     if isinstance(suite, DMControlSuite):
@@ -161,6 +160,24 @@ def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[]
         height, width = FRAME_SIZE
         return raw, partial(env.physics.render, height=height, width=width, camera_id=0), 1 / env.control_timestep()
     raise ConfigError(f"video: env.library={suite.name} cannot be recorded (gymnasium and dm_control can)")
+
+
+def _make_rendering(env_name: str):
+    """``gymnasium.make(env_name, render_mode="rgb_array")``. ``render_mode`` is gymnasium's one
+    way to ask an env for frames: an env whose constructor does not take it cannot be recorded
+    (a ``ConfigError``). gymnasium's warning that the env does not list ``rgb_array`` in its
+    ``render_modes`` is dropped: that error, or a video recorded anyway, follows it."""
+    import gymnasium
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*render_mode='rgb_array' that is not in the possible")
+            return gymnasium.make(env_name, render_mode="rgb_array")
+    except TypeError as error:
+        if "'render_mode'" not in str(error):
+            raise
+        raise ConfigError(f"video: {env_name} cannot render: its constructor takes no render_mode, gymnasium's way "
+                          f"to ask an env for frames; evaluate it with video=false") from error
 
 
 def _check_dm_control_backend(backend: str) -> None:

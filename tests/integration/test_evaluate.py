@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium
 import imageio.v3 as iio
 import numpy as np
 import pytest
@@ -49,6 +50,53 @@ def balance(tmp_path_factory) -> tuple[Path, dict]:
     summary = tiny_run(run_dir, "+experiment=td3_pendulum", "env=cartpole_balance", "quant.bits=8",
                        "algo.actor_hidden=[32]", "algo.critic_hidden=[32]")
     return run_dir, summary
+
+
+# A user's own gymnasium env, registered by the module that env.module names. Its constructor
+# takes no render_mode, the one way gymnasium asks an env for frames.
+COIN_ENV = """
+import gymnasium
+import numpy as np
+
+
+class Coin(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self):
+        self.steps = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        return np.zeros(2, np.float32), float(action), self.steps == 10, False, {}
+
+
+gymnasium.register("Coin-v0", entry_point=Coin)
+"""
+
+
+@pytest.fixture
+def coin(tmp_path, monkeypatch) -> Path:
+    """A tiny run of Coin-v0, whose module is in a folder outside actorq, on this process's
+    path and on the commands' ``PYTHONPATH``; afterwards gymnasium's registry and this
+    process's modules are as they were."""
+    folder = tmp_path / "envs"
+    folder.mkdir()
+    (folder / "coin_env.py").write_text(COIN_ENV)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    run_dir = tmp_path / "run"
+    try:
+        tiny_run(run_dir, "env.name=Coin-v0", "env.module=coin_env", "algo.hidden=[16]")
+        yield run_dir
+    finally:
+        gymnasium.envs.registry.pop("Coin-v0", None)
+        sys.modules.pop("coin_env", None)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -127,6 +175,17 @@ def test_no_offscreen_renderer_is_one_line_and_exit_2(balance, capsys, monkeypat
     code, out, err = run_main(capsys, evaluate, run_dir, "video=true")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("actorq.evaluate: error: video: MUJOCO_GL=glfw cannot open an offscreen OpenGL context"), err
+
+
+def test_an_env_that_cannot_render_is_one_line_and_exit_2(coin):
+    """The score is played and printed; the video is refused in one line, not gymnasium's traceback."""
+    result = run_cli(coin, "episodes=1", "video=true")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stdout.startswith("Coin-v0, learner policy (fp32), last.ckpt: return ")
+    assert result.stderr.splitlines() == [
+        "actorq.evaluate: error: video: Coin-v0 cannot render: its constructor takes no render_mode, gymnasium's "
+        "way to ask an env for frames; evaluate it with video=false"]
+    assert not (coin / "videos").exists()
 
 
 def test_load_acts_greedily_on_numpy_and_tensor_observations(cartpole):

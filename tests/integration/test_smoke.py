@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -88,6 +89,29 @@ def test_bad_input_is_one_clear_line(tmp_path, overrides, message):
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("actorq: error: ")]
     assert len(error_lines) == 1 and message in error_lines[0]
     assert "Traceback" not in result.stderr
+
+
+def unwritable_dir(tmp_path, why: str) -> tuple[Path, str]:
+    """A dir the run cannot create or write to, and the reason the error line gives."""
+    if why == "under a file":
+        (tmp_path / "a_file").touch()
+        return tmp_path / "a_file" / "run", "Not a directory"
+    read_only = tmp_path / "read_only"
+    read_only.mkdir(mode=0o555)
+    if os.access(read_only, os.W_OK):
+        pytest.skip("this user writes to read-only dirs (root)")
+    return read_only / "run", "Permission denied"
+
+
+@pytest.mark.parametrize(("key", "why"), [("run_dir", "under a file"), ("run_dir", "read-only"),
+                                          ("hydra.run.dir", "under a file"), ("hydra.sweep.dir", "under a file")])
+def test_an_output_dir_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, key, why):
+    """Hydra creates its output dir before any of actorq runs: the command checks it first."""
+    path, reason = unwritable_dir(tmp_path, why)
+    sweep = ["-m", "seed=0,1"] if key == "hydra.sweep.dir" else []
+    result = run_cli(*sweep, *TINY, "algo.hidden=[16]", "callbacks=no_checkpoint", f"{key}={path}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [f"actorq: error: {key} {path} is not writable: {reason}"]
 
 
 def test_the_ray_backend_without_ray_says_how_to_install_it(tmp_path):
