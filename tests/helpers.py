@@ -28,9 +28,9 @@ CARTPOLE_SOLVED = 475.0
 DOCS = Path(__file__).parents[1] / "docs"
 
 
-def example(name: str, page: str = "architecture.md") -> str:
-    """The python block that follows ``<!-- example: NAME -->`` on a docs page."""
-    found = re.search(rf"<!-- example: {name} -->\s*```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+def example(name: str, page: str = "architecture.md", language: str = "python") -> str:
+    """The ``language`` block that follows ``<!-- example: NAME -->`` on a docs page."""
+    found = re.search(rf"<!-- example: {name} -->\s*```{language}\n(.*?)```", (DOCS / page).read_text(), re.S)
     assert found, f"no example {name!r} on {page}"
     return found.group(1)
 

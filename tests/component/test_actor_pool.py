@@ -118,3 +118,26 @@ def test_a_worker_collects_ahead_while_the_learner_holds_a_batch(pendulum_policy
         pool.shutdown()
     assert collected_ahead >= 3 * frames_per_batch
     assert frames == 400 and pool.dropped_frames == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lock_step_rounds_are_collected_with_the_policy_pushed_after_the_last_round(workers):
+    """Each round is every worker's batch, merged ``[envs, T]``, and every step of it carries
+    the version pushed after the round before (lag 0); asynchronous collection would already
+    hold the next batch, collected with the old version."""
+    spec = EnvSpec.from_env(make_env("Pendulum-v1"))
+    policy = ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0, records=("policy_version",))
+    pool = ActorPool("Pendulum-v1", policy, num_workers=workers, frames_per_batch=30, total_frames=600,
+                     envs_per_worker=3, seed=1, collection="lockstep")
+    versions = []
+    try:
+        assert len(pool) == 600 // (30 * workers)
+        for version, batch in enumerate(pool):
+            assert batch.shape == (3 * workers, 10)
+            versions.append(set(batch["policy_version"].flatten().tolist()))
+            policy.policy_version.fill_(version + 1)
+            pool.push(policy)
+    finally:
+        pool.shutdown()
+    assert versions == [{version} for version in range(600 // (30 * workers))]
+    assert pool.frames == pool.collected_frames == 600 and pool.dropped_frames == 0

@@ -1,0 +1,142 @@
+"""The on-policy family's math and records: GAE on hand-computed trajectories, truncated
+importance weights, the log-probabilities the actors record, and the lag the learner reads."""
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from actorq.actors.policy import ExplorationPolicy, actor_policy
+from actorq.actors.pool import merge_round
+from actorq.algos.base import Exploration
+from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights
+from actorq.networks import CategoricalPolicy
+from actorq.quant import QuantSpec
+from tests.helpers import DISCRETE
+
+FALSE = torch.zeros(1, 4, dtype=torch.bool)
+
+
+def test_gae_is_the_papers_recursion_bootstrapped_at_the_rollouts_end():
+    """gamma=0.9, lambda=0.8, rewards 1, 2, 3, 4; V(s_t) = 0.5 t; V(s'_t) = 0.5 (t + 1)."""
+    reward = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    value, next_value = torch.tensor([[0.0, 0.5, 1.0, 1.5]]), torch.tensor([[0.5, 1.0, 1.5, 2.0]])
+    delta = [1 + 0.9 * 0.5 - 0.0, 2 + 0.9 * 1.0 - 0.5, 3 + 0.9 * 1.5 - 1.0, 4 + 0.9 * 2.0 - 1.5]
+    expected = [0.0] * 4
+    running = 0.0
+    for t in (3, 2, 1, 0):
+        running = delta[t] + 0.9 * 0.8 * running
+        expected[t] = running
+    advantage = gae(reward, value, next_value, FALSE, FALSE, gamma=0.9, lam=0.8)
+    assert advantage[0].tolist() == pytest.approx(expected)
+
+
+def test_gae_cuts_at_episode_ends_and_bootstraps_a_truncated_one_but_not_a_terminated_one():
+    """Step 1 ends its episode: terminated, its advantage is r - V(s); truncated (a time limit),
+    r + gamma V(s'_1) - V(s). Step 0 carries step 1's on; nothing after step 1 reaches either."""
+    reward, value = torch.ones(1, 4), torch.full((1, 4), 2.0)
+    next_value = torch.full((1, 4), 3.0)
+    done = torch.tensor([[False, True, False, False]])
+    terminated = gae(reward, value, next_value, terminated=done, done=done, gamma=0.5, lam=1.0)
+    truncated = gae(reward, value, next_value, terminated=FALSE, done=done, gamma=0.5, lam=1.0)
+    assert terminated[0, 1].item() == pytest.approx(1 - 2.0)
+    assert truncated[0, 1].item() == pytest.approx(1 + 0.5 * 3.0 - 2.0)
+    assert terminated[0, 0].item() == pytest.approx((1 + 0.5 * 3.0 - 2.0) + 0.5 * (1 - 2.0))
+    assert truncated[0, 0].item() == pytest.approx((1 + 0.5 * 3.0 - 2.0) + 0.5 * (1 + 0.5 * 3.0 - 2.0))
+    later = reward.clone()
+    later[0, 2:] = 100.0
+    assert gae(later, value, next_value, done, done, 0.5, 1.0)[0, :2].tolist() == terminated[0, :2].tolist()
+
+
+def test_importance_weights_are_the_ratio_truncated_at_clip_and_carry_no_gradient():
+    log_pi = torch.log(torch.tensor([0.5, 0.2, 0.3])).requires_grad_()
+    log_mu = torch.log(torch.tensor([0.25, 0.4, 0.3]))
+    weights = truncated_importance_weights(log_pi, log_mu, clip=1.5)
+    assert weights.tolist() == pytest.approx([1.5, 0.5, 1.0])
+    assert not weights.requires_grad
+    assert truncated_importance_weights(log_pi, log_mu).max().item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("quant", [QuantSpec(bits=32), QuantSpec(bits=8, mode="static")], ids=["fp32", "int8"])
+def test_actors_record_the_log_probability_of_their_own_policy(quant):
+    """fp32 actors record exactly the learner's log pi (so every weight of a lock-step rollout
+    is 1); int8 actors record their own, which differs from the learner's."""
+    learner = A2CLike(DISCRETE)
+    observations = torch.randn(256, 4)
+    actors = actor_policy(learner, quant, observations)
+    actors.policy_version.fill_(7)
+    torch.manual_seed(0)
+    action, log_mu, version = actors(observations)
+    log_pi = learner.policy.log_prob(observations, action)
+    assert version.tolist() == [7] * 256 and action.shape == log_mu.shape == (256,)
+    if quant.bits == 32:
+        assert torch.equal(log_mu, log_pi)
+        assert torch.equal(truncated_importance_weights(log_pi, log_mu), torch.ones(256))
+    else:
+        assert 0 < (log_mu - log_pi).abs().max() < 0.1
+
+
+def test_an_unbatched_observation_records_unbatched_values_and_unknown_records_are_refused():
+    policy = ExplorationPolicy(CategoricalPolicy(DISCRETE, (8,)), DISCRETE, 0.0, stochastic=True,
+                               records=("policy_version", "log_prob"))
+    action, version, log_prob = policy(torch.zeros(4))
+    assert action.shape == version.shape == log_prob.shape == ()
+    assert math.isclose(log_prob.item(), math.log(0.5), abs_tol=0.5)
+    with pytest.raises(ValueError, match=r"actors cannot record \['value'\]"):
+        ExplorationPolicy(CategoricalPolicy(DISCRETE, (8,)), DISCRETE, 0.0, stochastic=True, records=("value",))
+    with pytest.raises(ValueError, match="recording log_prob needs a stochastic policy"):
+        ExplorationPolicy(CategoricalPolicy(DISCRETE, (8,)), DISCRETE, 0.0, records=("log_prob",))
+
+
+class A2CLike(OnPolicyLearner):
+    """The smallest on-policy learner: a categorical policy, no update of its own."""
+
+    action_space = "discrete"
+
+    def __init__(self, spec, **kwargs):
+        super().__init__(spec, **kwargs)
+        self.policy = CategoricalPolicy(spec, (32, 32))  # int8 runs the middle layer (fp32 ends)
+        self.seen = []
+
+    @property
+    def behaviour_network(self):
+        return self.policy
+
+    def make_optimizers(self):
+        return []
+
+    def update_rollout(self, rollout):
+        self.seen.append(rollout)
+        return {}
+
+
+class Published:
+    policy_version, frames_per_batch, total_frames = 5, 64, 640
+
+
+def rollout(envs: tuple[int, ...], steps: int, version: int) -> TensorDict:
+    shape = (*envs, steps)
+    return TensorDict({"observation": torch.zeros(*shape, 4), "action": torch.zeros(shape, dtype=torch.long),
+                       "log_prob": torch.zeros(shape), "policy_version": torch.full(shape, version),
+                       "next": {"observation": torch.zeros(*shape, 4), "reward": torch.ones(*shape, 1),
+                                "terminated": torch.zeros(*shape, 1, dtype=torch.bool),
+                                "done": torch.zeros(*shape, 1, dtype=torch.bool)}}, batch_size=shape)
+
+
+def test_the_learner_sees_envs_by_steps_and_logs_how_many_versions_behind_the_actors_were():
+    learner = A2CLike(DISCRETE, exploration=Exploration(0.0))
+    learner.learn_from(Published())
+    learner.learn(rollout((), 16, version=5), new_frames=16)  # one env: [T] -> [1, T]
+    assert learner.seen[-1].shape == (1, 16) and learner.policy_lag == 0
+    learner.learn(rollout((3,), 16, version=3), new_frames=48)
+    assert learner.seen[-1].shape == (3, 16) and learner.log_values() == {"collect/policy_lag": 2.0}
+    fields = rollout_fields(learner.seen[-1])
+    assert fields["reward"].shape == fields["done"].shape == fields["log_prob"].shape == (3, 16)
+    assert learner.planned_updates(640) == 10  # one update per batch of 64 frames
+
+
+def test_a_round_of_workers_is_one_batch_of_all_their_envs():
+    one_env, three_envs = rollout((), 5, 0), rollout((3,), 5, 0)
+    assert merge_round([one_env]).shape == (1, 5)
+    assert merge_round([three_envs, one_env]).shape == (4, 5)
