@@ -53,7 +53,7 @@ test: install-dev
 # live in tests/component and tests/integration, which `make test` runs.
 CHECK_SKIP := not (actorq.train or actorq.actors.pool) or describe_result or worker_index
 check: install-dev
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m pytest tests/unit src/actorq -k "$(CHECK_SKIP)" --durations=10
 
 docs: install-dev

@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from actorq.learner_precision import CACHE_DIR_ENV
+from actorq.run.learner_precision import CACHE_DIR_ENV
 
 
 def pytest_configure(config):

@@ -14,10 +14,10 @@ from typing import NoReturn
 import hydra
 from omegaconf import DictConfig
 
-from actorq.checks import check_run_config, composition_error
-from actorq.console import lightning_logs_through_root
-from actorq.errors import ConfigError, NonFiniteError
-from actorq.launch import logs_in_run_dir, sweep_error, unwritable_dir_error
+from actorq.run.checks import check_run_config, composition_error
+from actorq.run.console import lightning_logs_through_root
+from actorq.util.errors import ConfigError, NonFiniteError
+from actorq.run.launch import logs_in_run_dir, sweep_error, unwritable_dir_error
 
 
 @hydra.main(version_base="1.3", config_path="pkg://actorq.conf", config_name="config")

@@ -3,7 +3,7 @@
 Loads the run with :func:`actorq.load`, plays ``episodes`` greedy episodes the way the run's
 evaluation does (a lean batch of envs, :func:`actorq.envs.rollout_return`) and prints the
 mean return ± its standard deviation; with ``video=true`` it also writes the first episode
-as an mp4 (:mod:`actorq.video`). Exit codes: 0 done, 2 bad input (one line
+as an mp4 (:mod:`actorq.tools.video`). Exit codes: 0 done, 2 bad input (one line
 ``actorq.evaluate: error: ...``: no such run dir or checkpoint, a damaged checkpoint, an
 unknown key, a bad value, no renderer for the video, an env that cannot render).
 
@@ -14,7 +14,7 @@ Example:
     >>> parse_args(["outputs/run", "episode=3"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    actorq.errors.ConfigError: unknown key 'episode'; the keys are ckpt, episodes, policy, video, video_path, video_steps, seed
+    actorq.util.errors.ConfigError: unknown key 'episode'; the keys are ckpt, episodes, policy, video, video_path, video_steps, seed
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 PROG = "actorq.evaluate"
 USAGE = """usage: python -m actorq.evaluate RUN_DIR [key=value ...]
@@ -103,8 +103,8 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
     """Loads the run, plays the episodes (and records the video), reporting each result."""
     import torch
 
-    from actorq.agent import load, read_config
-    from actorq.video import choose_gl, needs_gl, record
+    from actorq.tools.agent import load, read_config
+    from actorq.tools.video import choose_gl, needs_gl, record
 
     # A greedy step is one small forward (batch <= episodes), as an actor's is: one thread,
     # as the actors run; more threads only wait on each other (10x slower on a busy CPU).

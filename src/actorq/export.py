@@ -9,7 +9,7 @@ fp32 run an int8 dynamic quantization unless ``--bits`` says otherwise. Either w
 Example:
     >>> import tempfile, pathlib
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import DeterministicActor
+    >>> from actorq.algos.networks import DeterministicActor
     >>> from actorq.quant import QuantSpec
     >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> actor = DeterministicActor(spec, hidden=(32, 32))
@@ -35,11 +35,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from actorq.agent import learner_from_config, payload_format, saved_actors_network
+from actorq.tools.agent import learner_from_config, payload_format, saved_actors_network
 from actorq.envs import make_env, random_observations
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
-from actorq.resume import EXPERIENCE_STATE, read_checkpoint
+from actorq.run.resume import EXPERIENCE_STATE, read_checkpoint
 
 __all__ = ["StandalonePolicy", "actors_network", "export", "export_checkpoint", "load_learner", "payload_format"]
 

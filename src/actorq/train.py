@@ -33,16 +33,16 @@ from omegaconf import DictConfig, OmegaConf
 from actorq.actors.policy import RECORDS, actor_policy
 from actorq.actors.processes import start_fork_server
 from actorq.algos.base import EXPERIENCE_KINDS, check_policy_network
-from actorq.atomic import write_text_atomically
+from actorq.util.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
-from actorq.checks import check_run_config
+from actorq.run.checks import check_run_config
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
-from actorq.errors import ConfigError
-from actorq.experience import Experience
-from actorq.learner_precision import resolve_learner_precision
-from actorq.parallel import launched_rank, strategy
+from actorq.util.errors import ConfigError
+from actorq.data.experience import Experience
+from actorq.run.learner_precision import resolve_learner_precision
+from actorq.run.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
-from actorq.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
+from actorq.run.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
 log = logging.getLogger(__name__)
 # Lightning's pytree helper trips a deprecation of torch's on every fit; nothing a user can act on.
@@ -210,7 +210,7 @@ def check_job(cfg: DictConfig) -> None:
     """What a sweep checks of each of its jobs before the first one starts
     (:mod:`actorq.sweep`): the run config, and every object ``train`` builds before its actors
     start, built and dropped; nothing is written and no process is started. Raises
-    :class:`~actorq.errors.ConfigError`."""
+    :class:`~actorq.util.errors.ConfigError`."""
     check_run_config(cfg)
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
     resolve_collection(cfg, build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name))
@@ -220,7 +220,7 @@ def check_job(cfg: DictConfig) -> None:
 
 
 def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str | None) -> tuple[dict, dict]:
-    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.parallel`): the same
+    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.run.parallel`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
     experience = connect_experience(cfg, learner, actor_policy=None)
@@ -278,7 +278,7 @@ def make_summary(learner, experience: Experience, wall_clock: float, learner_pre
         "best_return": None,
         "final_return_quant": None,
         "actor_precision": experience.quant.describe(),
-        # trainer.precision the learner ran at, and why (actorq.learner_precision.LearnerPrecision)
+        # trainer.precision the learner ran at, and why (actorq.run.learner_precision.LearnerPrecision)
         "learner_precision": learner_precision,
         "eval_history": [],
         "eval_history_quant": [],

@@ -10,7 +10,7 @@ from actorq.actors.pool import ActorPool
 from actorq.algos.base import Exploration
 from actorq.algos.ddpg import DDPG
 from actorq.envs import EnvSpec, make_env
-from actorq.networks import DeterministicActor
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantSpec, quantize
 
 

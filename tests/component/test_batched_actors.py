@@ -9,7 +9,7 @@ from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool, make_worker_env
 from actorq.envs import EnvSpec, make_env
 from actorq.envs.batched import LeanBatchedEnv
-from actorq.networks import DeterministicActor, QNetwork
+from actorq.algos.networks import DeterministicActor, QNetwork
 
 ENVS_PER_WORKER = 4
 FRAMES_PER_BATCH = 200  # 50 steps of 4 envs

@@ -70,7 +70,7 @@ def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes(batched)
     from types import SimpleNamespace
 
     from actorq.envs import make_env
-    from actorq.envs.batched import make_batched_env
+    from actorq.envs import make_batched_env
     from actorq.quant import QuantSpec
 
     def make_eval_env(episodes, seed):

@@ -12,7 +12,7 @@ import torch
 
 from actorq.envs import EnvSpec
 from actorq.export import export
-from actorq.networks import DeterministicActor, QNetwork
+from actorq.algos.networks import DeterministicActor, QNetwork
 from actorq.quant import QuantizedNetwork, QuantSpec
 
 CONTINUOUS = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-2.0,) * 6, action_high=(2.0,) * 6)

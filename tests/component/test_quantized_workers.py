@@ -14,7 +14,7 @@ import torch
 from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool
 from actorq.envs import EnvSpec, make_env
-from actorq.networks import DeterministicActor
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, action_error, quantize
 
 ENV = "cheetah-run"

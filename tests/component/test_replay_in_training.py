@@ -9,13 +9,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from actorq.actors.pool import ActorPool
 from actorq.algos.base import Exploration
-from actorq.clock import FrameClock
+from actorq.run.clock import FrameClock
 from actorq.envs import make_env
-from actorq.errors import ConfigError
-from actorq.experience import Experience
-from actorq.replay import transition_template
-from actorq.replay.prioritized import PrioritizedReplay
-from actorq.replay.shared import SharedReplay
+from actorq.util.errors import ConfigError
+from actorq.data.experience import Experience
+from actorq.data.replay import transition_template
+from actorq.data.replay.prioritized import PrioritizedReplay
+from actorq.data.replay.shared import SharedReplay
 from actorq.train import train
 from tests.conftest import TINY
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from actorq.replay.shared import SharedReplay
+from actorq.data.replay.shared import SharedReplay
 
 ID_STRIDE = 1_000_000  # writer w writes ids w * ID_STRIDE + k: exact in float32 for w < 16
 

@@ -5,7 +5,7 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from actorq.replay.sumtree import SumTree
+from actorq.data.replay.sumtree import SumTree
 
 
 def build_and_search(capacity: int) -> list[int]:

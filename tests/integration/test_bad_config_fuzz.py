@@ -18,8 +18,8 @@ import psutil
 import pytest
 from hydra import compose, initialize_config_module
 
-from actorq.checks import composition_error
-from actorq.errors import ConfigError
+from actorq.run.checks import composition_error
+from actorq.util.errors import ConfigError
 from actorq.train import train
 from tests.conftest import TINY
 from tests.helpers import is_service

@@ -1,4 +1,4 @@
-"""``python -m actorq.bench results``: cells written, finished cells skipped, a cell cut off
+"""``python -m benchmarks.results``: cells written, finished cells skipped, a cell cut off
 midway run again, the table and plots rebuilt; the real Stable-Baselines3 as the peer."""
 
 import json
@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from actorq.bench import results
+from benchmarks import results
 
 QUICK = ["--quick", "--tasks", "dqn_cartpole", "--seeds", "0", "--impls", "actorq-fp32", "sb3"]
 

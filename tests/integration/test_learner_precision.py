@@ -2,7 +2,7 @@
 
 import json
 
-from actorq.learner_precision import choose
+from actorq.run.learner_precision import choose
 from actorq.train import train
 from tests.conftest import TINY
 

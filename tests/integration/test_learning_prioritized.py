@@ -11,7 +11,7 @@ as in ``test_learning.py``.
 
 import pytest
 
-from actorq.replay.prioritized import PrioritizedReplay
+from actorq.data.replay.prioritized import PrioritizedReplay
 from actorq.train import train
 from tests.helpers import solved_evaluations
 

@@ -19,8 +19,8 @@ import psutil
 import torch
 from tensordict import TensorDict
 
-from actorq.parallel import pack, split, unpack
-from actorq.replay.base import Sample
+from actorq.run.parallel import pack, split, unpack
+from actorq.data.replay.base import Sample
 from tests.helpers import scalars, still_running
 
 RUN = ("+experiment=td3_pendulum", "trainer.devices=2", "replay.prioritized=true", "quant.bits=8",

@@ -32,7 +32,7 @@ def test_budget_counts_a_resumed_runs_frames():
     ({"frames_done": -1}, "frames_done must be in [0, total_frames=1050), got -1"),
 ])
 def test_a_resume_with_no_frames_left_is_refused(kwargs, message):
-    """The actors.* keys are checked with the run config (actorq.checks); what a pool checks
+    """The actors.* keys are checked with the run config (actorq.run.checks); what a pool checks
     itself is the frames a resumed run has done, which no key carries."""
     with pytest.raises(ValueError) as raised:
         _pool(**kwargs)

@@ -8,7 +8,8 @@ from torchrl._utils import seed_generator
 from torchrl.envs.utils import check_env_specs
 
 from actorq.envs import make_env, rollout_return
-from actorq.envs.batched import LeanBatchedEnv, make_batched_env
+from actorq.envs import make_batched_env
+from actorq.envs.batched import LeanBatchedEnv
 
 KEYS = ["observation", "episode_reward", ("next", "observation"), ("next", "reward"),
         ("next", "episode_reward"), ("next", "done"), ("next", "terminated"), ("next", "truncated")]

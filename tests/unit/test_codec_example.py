@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 from actorq.envs import EnvSpec
 from actorq.export import export
-from actorq.networks import DeterministicActor, QNetwork
+from actorq.algos.networks import DeterministicActor, QNetwork
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout, fidelity_metrics, fp32_nbytes, quantize
 from actorq.quant.codecs import _base, registered
 from tests.helpers import example, load_module

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from actorq.errors import ConfigError
-from actorq.networks import mlp
+from actorq.util.errors import ConfigError
+from actorq.algos.networks import mlp
 from actorq.quant import QuantSpec, TrunkLayout, _ao, codec_for
 from actorq.quant.codecs import bits_help, register, registered
 from actorq.quant.codecs import unregister

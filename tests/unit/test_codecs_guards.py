@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.quant import LayerLayout, QuantSpec, TrunkLayout
 from actorq.quant.codecs import (
     bits_help,

@@ -10,7 +10,7 @@ from torch import nn
 from actorq.algos.base import Exploration
 from actorq.algos.sac import SAC
 from actorq.algos.td3 import TD3
-from actorq.networks import Critic, CriticEnsemble
+from actorq.algos.networks import Critic, CriticEnsemble
 from tests.helpers import CONTINUOUS, attach_trainer, random_sample
 
 

@@ -11,10 +11,10 @@ import torch
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
-from actorq.experience import Experience
+from actorq.data.experience import Experience
 from actorq.quant import QuantSpec
-from actorq.replay import make_replay
-from actorq.replay.prioritized import PrioritizedReplay
+from actorq.data.replay import make_replay
+from actorq.data.replay.prioritized import PrioritizedReplay
 from tests.helpers import DISCRETE
 
 

@@ -10,7 +10,7 @@ from torchrl.envs.libs.gym import GymEnv
 
 from actorq.envs import (EnvSuite, find_suite, import_suites, make_env, register_suite, suite_modules, suites,
                          unregister_suite)
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 
 @pytest.fixture

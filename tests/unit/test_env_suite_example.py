@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from actorq.envs import EnvSpec, import_suites, make_env, random_observations, suites, unregister_suite
-from actorq.envs.batched import LeanBatchedEnv, make_batched_env
+from actorq.envs import make_batched_env
+from actorq.envs.batched import LeanBatchedEnv
 from tests.helpers import example
 
 MODULE = "corridor_suite"

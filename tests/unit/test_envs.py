@@ -3,7 +3,7 @@ import torch
 
 from actorq.envs import EnvSpec, find_suite, make_env
 from actorq.envs.gymnasium import mujoco_available
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 ENVS = [
     ("CartPole-v1", "gymnasium", 4, True),

@@ -12,8 +12,8 @@ from torchrl.collectors import Collector
 from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.rollout import LeanCollector
 from actorq.envs import EnvSpec, make_env
-from actorq.envs.batched import make_batched_env
-from actorq.networks import DeterministicActor, QNetwork
+from actorq.envs import make_batched_env
+from actorq.algos.networks import DeterministicActor, QNetwork
 
 STEPS = 300  # per env per batch; cheetah-run's episodes are 1000 steps, so batch 4 restarts
 

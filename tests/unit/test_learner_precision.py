@@ -13,13 +13,13 @@ import logging
 import pytest
 import torch
 
-from actorq import learner_precision as lp
+from actorq.run import learner_precision as lp
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
-from actorq.checks import check_trainer
+from actorq.run.checks import check_trainer
 from actorq.envs import EnvSpec
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 PENDULUM = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
 

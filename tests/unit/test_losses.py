@@ -8,8 +8,8 @@ from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
 from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
-from actorq.errors import NonFiniteError
-from actorq.replay.uniform import UniformReplay
+from actorq.util.errors import NonFiniteError
+from actorq.data.replay.uniform import UniformReplay
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer, fit_fixed_batch, random_sample
 
 
@@ -77,7 +77,7 @@ def test_exploration_schedule():
 
 
 def test_invalid_sizes_are_rejected():
-    # batch_size, n_step and learning_starts are checked once, in actorq.checks
+    # batch_size, n_step and learning_starts are checked once, in actorq.run.checks
     with pytest.raises(ValueError, match="update_to_data"):
         DDPG(CONTINUOUS, Exploration(0.1), update_to_data=0)
 

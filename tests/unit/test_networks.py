@@ -3,7 +3,7 @@ import torch
 
 from actorq.actors.policy import ExplorationPolicy
 from actorq.envs import EnvSpec
-from actorq.networks import Critic, DeterministicActor, QNetwork
+from actorq.algos.networks import Critic, DeterministicActor, QNetwork
 
 CONTINUOUS = EnvSpec(obs_dim=5, discrete=False, action_dim=2, action_low=(-1.0, 0.0), action_high=(1.0, 4.0))
 DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=3)

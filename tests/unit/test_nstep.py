@@ -2,7 +2,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from actorq.nstep import nstep_transitions
+from actorq.data.nstep import nstep_transitions
 
 
 def trajectory(rewards, terminated=None, done=None):

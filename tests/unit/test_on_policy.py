@@ -11,7 +11,7 @@ from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.actors.pool import merge_round
 from actorq.algos.base import Exploration
 from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights
-from actorq.networks import CategoricalPolicy
+from actorq.algos.networks import CategoricalPolicy
 from actorq.quant import QuantSpec
 from tests.helpers import DISCRETE
 

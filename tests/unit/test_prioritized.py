@@ -3,9 +3,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from actorq.replay.base import TRANSITION_KEYS
-from actorq.replay.prioritized import PrioritizedReplay
-from actorq.replay.priorities import Priorities
+from actorq.data.replay.base import TRANSITION_KEYS
+from actorq.data.replay.prioritized import PrioritizedReplay
+from actorq.data.replay.priorities import Priorities
 
 # Upper 0.1% point of the chi-square distribution with 7 degrees of freedom.
 CHI2_7_DOF_999 = 24.322

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from actorq.envs import EnvSpec
-from actorq.networks import DeterministicActor
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, choose, resolve_precision, select_precision
 from actorq.quant.auto import candidate_specs
 

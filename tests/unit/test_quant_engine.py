@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.ao.nn.quantized as nnq
 
-from actorq.errors import ConfigError
-from actorq.networks import DeterministicActor
+from actorq.util.errors import ConfigError
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, _ao
 from actorq.quant.auto import candidate_specs
 from tests.helpers import CONTINUOUS

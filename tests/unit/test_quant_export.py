@@ -9,7 +9,7 @@ import torch
 
 from actorq.envs import EnvSpec
 from actorq.export import actors_network, payload_format
-from actorq.networks import DeterministicActor
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, quantize
 
 CONTINUOUS = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-2.0,) * 6, action_high=(2.0,) * 6)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from actorq.envs import EnvSpec
-from actorq.networks import DeterministicActor, QNetwork
+from actorq.algos.networks import DeterministicActor, QNetwork
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout, action_agreement, quantize, reference_module
 
 CARTPOLE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)

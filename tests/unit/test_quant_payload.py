@@ -12,12 +12,12 @@ from tensordict import TensorDict
 from torch import nn
 
 from actorq.envs import EnvSpec
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.algos.sac import SAC
-from actorq.networks import DeterministicActor, GaussianActor, QNetwork, mlp
+from actorq.algos.networks import DeterministicActor, GaussianActor, QNetwork, mlp
 from actorq.quant import (
     QuantizedNetwork,
     QuantSpec,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
 
 

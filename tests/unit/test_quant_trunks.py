@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
-from actorq.networks import mlp
+from actorq.util.errors import ConfigError
+from actorq.algos.networks import mlp
 from actorq.quant import (
     LayerLayout,
     QuantizedNetwork,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from actorq.replay import make_replay
+from actorq.data.replay import make_replay
 
 KINDS = {"uniform": {}, "prioritized": {"prioritized": True}, "shared": {"prioritized": True, "shared": True}}
 

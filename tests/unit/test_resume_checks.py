@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.train import train
 from tests.conftest import TINY
 
@@ -95,7 +95,7 @@ def test_a_weights_only_checkpoint(make_cfg, tmp_path):
 
 def test_quant_auto_resumes_at_the_precision_the_checkpoint_ran_at():
     from actorq.quant import QuantSpec
-    from actorq.resume import resumed_precision
+    from actorq.run.resume import resumed_precision
 
     checkpoint = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=8, mode="dynamic"))}}
     assert resumed_precision(checkpoint, QuantSpec(bits="auto")) == QuantSpec(bits=8, mode="dynamic")

@@ -4,9 +4,9 @@ import multiprocessing
 
 import pytest
 
-from actorq.checks import check_one_spelling, composition_error, unread_keys
-from actorq.errors import ConfigError
-from actorq.launch import sweep_error
+from actorq.run.checks import check_one_spelling, composition_error, unread_keys
+from actorq.util.errors import ConfigError
+from actorq.run.launch import sweep_error
 from actorq.train import train
 from tests.conftest import TINY
 

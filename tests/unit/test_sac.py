@@ -9,7 +9,7 @@ from torch.distributions import AffineTransform, TanhTransform, TransformedDistr
 
 from actorq.actors.policy import ExplorationPolicy, learner_policy
 from actorq.algos.sac import SAC
-from actorq.networks import DeterministicActor, GaussianActor
+from actorq.algos.networks import DeterministicActor, GaussianActor
 from tests.helpers import CONTINUOUS, attach_trainer, fit_fixed_batch, random_sample
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from actorq.replay.sumtree import SumTree
+from actorq.data.replay.sumtree import SumTree
 
 FANOUTS = [2, 4, 8, 16, 32]
 

@@ -21,7 +21,7 @@ from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.sac import SAC
 from actorq.algos.td3 import TD3
-from actorq.replay.base import Sample
+from actorq.data.replay.base import Sample
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
 from tests.unit.test_d4pg import brute_force_projection
 
@@ -178,7 +178,7 @@ def test_update_targets_moves_every_target_by_tau_toward_its_online_network(tau)
 def test_targets_follow_after_every_target_update_period_updates():
     learner = make_ddpg(target_tau=0.5, target_update_period=3, learning_starts=0, batch_size=SIZE)
     attach_trainer(learner)
-    from actorq.replay.uniform import UniformReplay
+    from actorq.data.replay.uniform import UniformReplay
 
     replay = UniformReplay(1000)
     replay.extend(batch_of(CONTINUOUS).batch)

@@ -12,7 +12,7 @@ from actorq.algos.d4pg import D4PG
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
-from actorq.replay.uniform import UniformReplay
+from actorq.data.replay.uniform import UniformReplay
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer, random_sample
 
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from actorq.replay.uniform import UniformReplay
+from actorq.data.replay.uniform import UniformReplay
 
 
 def rows(start, count):

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from actorq.replay.experience import ExperienceWriter
+    from actorq.data.writer import TransitionWriter
 
 
 def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, collection: str = "async",
-               writer: ExperienceWriter | None = None, **kwargs: Any):
+               writer: TransitionWriter | None = None, **kwargs: Any):
     """The actor pool ``actors.backend`` names, built from the ``actors`` config group (its
-    keys are checked with the run config, :mod:`actorq.checks`).
+    keys are checked with the run config, :mod:`actorq.run.checks`).
 
     Args:
         backend: ``"process"``: :class:`~actorq.actors.pool.ActorPool`, worker processes on

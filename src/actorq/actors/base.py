@@ -22,7 +22,7 @@ from torch import nn
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.envs import OBSERVATION, import_suites, make_env
-from actorq.envs.batched import make_batched_env
+from actorq.envs import make_batched_env
 
 COLLECTIONS = ("async", "lockstep")
 """How actors collect: ``async``, each worker collects its next batch while the learner trains
@@ -70,7 +70,7 @@ def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str
 
 def check_frames_done(frames_done: int, total_frames: int) -> None:
     """Raises ``ValueError`` unless a resumed run has frames left to collect. The ``actors.*``
-    keys themselves are checked with the run config (:mod:`actorq.checks`)."""
+    keys themselves are checked with the run config (:mod:`actorq.run.checks`)."""
     if not 0 <= frames_done < total_frames:
         raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
 

@@ -8,7 +8,7 @@ under this very policy (the int8 one, for int8 actors).
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import QNetwork
+    >>> from actorq.algos.networks import QNetwork
     >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
     >>> policy = ExplorationPolicy(QNetwork(spec, (32,)), spec, noise_scale=0.1)
     >>> policy(torch.zeros(4)).shape  # unbatched observations work too

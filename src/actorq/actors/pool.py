@@ -1,11 +1,11 @@
 """Actors: TorchRL collectors in worker processes, each running an :class:`ExplorationPolicy`.
 
-The collectors' TorchRL machinery is reached through :mod:`actorq.torchrl_adapter`.
+The collectors' TorchRL machinery is reached through :mod:`actorq.actors.torchrl_adapter`.
 
 Example:
     >>> from actorq.actors.policy import ExplorationPolicy
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import QNetwork
+    >>> from actorq.algos.networks import QNetwork
     >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
     >>> policy = ExplorationPolicy(QNetwork(spec, (16,)), spec, noise_scale=0.1)
     >>> pool = ActorPool("CartPole-v1", policy, num_workers=1, frames_per_batch=100, total_frames=300)
@@ -17,7 +17,7 @@ Example:
     >>> shapes
     [(100,), (100,), (100,)]
 
-With a ``writer`` (an :class:`~actorq.replay.experience.ExperienceWriter` over a shared
+With a ``writer`` (an :class:`~actorq.data.writer.TransitionWriter` over a shared
 replay) the workers store their batches themselves and iteration yields :data:`WRITTEN`
 once per batch written (``tests/component/test_replay_in_training.py`` runs it).
 """
@@ -40,14 +40,14 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.collectors import Collector
 
-from actorq import torchrl_adapter as adapter
+from actorq.actors import torchrl_adapter as adapter
 from actorq.actors.base import ActorPoolBase
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.processes import forked_workers, in_environment
 from actorq.actors.rollout import LeanCollector
 
 if TYPE_CHECKING:
-    from actorq.replay.experience import ExperienceWriter
+    from actorq.data.writer import TransitionWriter
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class _WorkerCollectorFactory:
 
 class _Collector(adapter.HandOverCollector):
     """TorchRL 0.14's ``MultiAsyncCollector`` with what a pool that loses nothing and never
-    hangs needs, through the hooks of :class:`~actorq.torchrl_adapter.HandOverCollector`.
+    hangs needs, through the hooks of :class:`~actorq.actors.torchrl_adapter.HandOverCollector`.
 
     - Hand-over: TorchRL's queue of batches holds ONE item (``_queue_len``), and a worker
       whose ``queue_out.put(..., timeout=1.0)`` times out throws its batch away and collects
@@ -373,7 +373,7 @@ class ActorPool(ActorPoolBase):
         env_modules: modules each worker imports before it builds its envs (``env.module``:
             those registering a suite of one's own).
         writer: when given, each worker writes its batches through it (an
-            :class:`~actorq.replay.experience.ExperienceWriter` over a shared replay) and
+            :class:`~actorq.data.writer.TransitionWriter` over a shared replay) and
             iteration yields :data:`WRITTEN` for each batch written, until ``total_frames``
             frames have been written.
         lean_envs: step each worker's envs through the lean batched env
@@ -419,7 +419,7 @@ class ActorPool(ActorPoolBase):
         init_random_frames: int = 0,
         seed: int = 0,
         library: str | None = None,
-        writer: ExperienceWriter | None = None,
+        writer: TransitionWriter | None = None,
         lean_envs: bool = True,
         restart_on_failure: bool = True,
         max_restarts: int = 3,

@@ -25,7 +25,7 @@ from torch import nn
 from actorq.actors.base import ActorPoolBase, ActorWorkerError
 from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ Example:
     >>> from tensordict.nn import TensorDictModule
     >>> from actorq.actors.policy import ExplorationPolicy
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.envs.batched import make_batched_env
-    >>> from actorq.networks import QNetwork
+    >>> from actorq.envs import make_batched_env
+    >>> from actorq.algos.networks import QNetwork
     >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
     >>> policy = TensorDictModule(ExplorationPolicy(QNetwork(spec, (16,)), spec, noise_scale=0.1),
     ...                           in_keys=["observation"], out_keys=["action"])
@@ -34,7 +34,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Collector
 
-from actorq import torchrl_adapter as adapter
+from actorq.actors import torchrl_adapter as adapter
 from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv, StepArrays
 from actorq.envs.spec import OBSERVATION
 

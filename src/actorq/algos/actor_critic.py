@@ -3,7 +3,7 @@ soft-updated targets, the importance-weighted critic loss, and the ``make_actor`
 ``make_critic`` hooks.
 
 With ``batch_critics=True``, twin (or more) default critics run as one
-:class:`~actorq.networks.CriticEnsemble`: one batched matmul per layer for all of them.
+:class:`~actorq.algos.networks.CriticEnsemble`: one batched matmul per layer for all of them.
 ``critics[i]`` is still critic ``i`` as a module of its own, and iterating over ``critics``
 still gives one critic at a time; a learner whose ``make_critic`` is overridden keeps a plain
 ``nn.ModuleList``. It is off by default: on a CPU thread the update is matmul-bound and the
@@ -28,8 +28,8 @@ from torch import nn
 from actorq.algos.base import Exploration, check_positive
 from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
-from actorq.networks import Critic, CriticEnsemble
-from actorq.replay.base import Sample
+from actorq.algos.networks import Critic, CriticEnsemble
+from actorq.data.replay.base import Sample
 
 
 class ActorCriticLearner(OffPolicyLearner):
@@ -45,7 +45,7 @@ class ActorCriticLearner(OffPolicyLearner):
         critic_out_dim: outputs per critic (1 for a scalar Q; atoms for a distributional one).
         critic_lr: Adam learning rate of the critics.
         batch_critics: run two or more default critics as one batched network
-            (:class:`~actorq.networks.CriticEnsemble`); same outputs and gradients, fewer ops,
+            (:class:`~actorq.algos.networks.CriticEnsemble`); same outputs and gradients, fewer ops,
             but slower on a CPU thread (measured), hence off by default.
         compile_losses: ``torch.compile`` the critic and actor losses (forward and backward)
             when training starts: after seconds of compiling, ~10% more updates/s for SAC on
@@ -126,7 +126,7 @@ class ActorCriticLearner(OffPolicyLearner):
     @staticmethod
     def q_values(critics: nn.Module, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``[Q_1(s, a), ..., Q_E(s, a)]`` stacked, ``[E, B]``: one call of a
-        :class:`~actorq.networks.CriticEnsemble`, or one per critic of any other collection."""
+        :class:`~actorq.algos.networks.CriticEnsemble`, or one per critic of any other collection."""
         if isinstance(critics, CriticEnsemble):
             return critics(observation, action)
         return torch.stack([q(observation, action) for q in critics])

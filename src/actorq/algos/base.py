@@ -18,14 +18,14 @@ experience in two class attributes: :attr:`Learner.experience_kind` (``"replay"`
 
 A learner is complete at construction. ``train()`` then hands it the experience pipeline it
 learns from (:meth:`Learner.learn_from`): an :class:`ExperienceSource`, the few things the
-learner uses of :class:`actorq.experience.Experience`. The learner never reaches it through
+learner uses of :class:`actorq.data.experience.Experience`. The learner never reaches it through
 the Trainer, and the experience pipeline never reads the learner: what both need (the frames
 received, the exploration scale at them) is the learner's :attr:`clock`, which ``train()``
 hands to both.
 
 Attributes that callbacks rely on (documented, stable):
     experience: the :class:`ExperienceSource` it learns from (after :meth:`learn_from`).
-    clock: the :class:`~actorq.clock.FrameClock`: frames received, exploration scale at them.
+    clock: the :class:`~actorq.run.clock.FrameClock`: frames received, exploration scale at them.
     frames: environment steps received so far (``clock.frames``).
     learner_steps: gradient updates done so far.
     behaviour_network: the fp32 network the actors run a copy of.
@@ -46,12 +46,12 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from actorq.clock import FrameClock
+from actorq.run.clock import FrameClock
 from actorq.envs import EnvSpec
-from actorq.finite import check_finite_loss
-from actorq.parallel import ranks_in_sync
-from actorq.replay.experience import Arrivals
-from actorq.resume import extend_to_budget, rng_states, set_rng_states
+from actorq.util.finite import check_finite_loss
+from actorq.run.parallel import ranks_in_sync
+from actorq.data.writer import Arrivals
+from actorq.run.resume import extend_to_budget, rng_states, set_rng_states
 
 # TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
 # per update (the schedule counts updates, not optimizer steps), which torch warns about.
@@ -124,7 +124,7 @@ class LinearDecay:
 
 
 class ExperienceSource(Protocol):
-    """What the learner uses of its experience pipeline (:class:`actorq.experience.Experience`).
+    """What the learner uses of its experience pipeline (:class:`actorq.data.experience.Experience`).
 
     Attributes:
         total_frames: env frames the run collects (the learning-rate schedule is planned over them).
@@ -243,7 +243,7 @@ class Learner(L.LightningModule):
     def optimizer_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
         """``zero_grad``, backward through Lightning (precision plugins apply), optional
         gradient-norm clipping, ``step``; a non-finite loss stops training
-        (:mod:`actorq.finite`)."""
+        (:mod:`actorq.util.finite`)."""
         check_finite_loss(loss, self, optimizer, self.learner_steps)
         optimizer.zero_grad()
         self.manual_backward(loss)
@@ -392,7 +392,7 @@ def check_policy_network(network: nn.Module, stochastic: bool = False) -> None:
         TypeError: naming what is missing.
 
     Example:
-        >>> from actorq.networks import QNetwork
+        >>> from actorq.algos.networks import QNetwork
         >>> from actorq.envs import EnvSpec
         >>> check_policy_network(QNetwork(EnvSpec(obs_dim=4, discrete=True, num_actions=2), (8,)))
         >>> check_policy_network(nn.Linear(4, 2))

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from actorq.algos.ddpg import DDPG
-from actorq.replay.base import Sample
+from actorq.data.replay.base import Sample
 
 
 def categorical_projection(

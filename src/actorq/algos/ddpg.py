@@ -19,8 +19,8 @@ import torch
 from actorq.algos.actor_critic import ActorCriticLearner
 from actorq.algos.base import Exploration, adam
 from actorq.envs import EnvSpec
-from actorq.networks import DeterministicActor
-from actorq.replay.base import Sample
+from actorq.algos.networks import DeterministicActor
+from actorq.data.replay.base import Sample
 
 
 class DDPG(ActorCriticLearner):

@@ -18,8 +18,8 @@ from torch import nn
 from actorq.algos.base import Exploration, adam, check_positive
 from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
-from actorq.networks import QNetwork
-from actorq.replay.base import Sample
+from actorq.algos.networks import QNetwork
+from actorq.data.replay.base import Sample
 
 
 class DQN(OffPolicyLearner):

@@ -2,7 +2,7 @@
 
 One Lightning "batch" is one batch of experience from the actors. ``training_step`` turns
 it into n-step transitions, stores them (through the experience pipeline's
-:class:`~actorq.replay.experience.ExperienceWriter`), and runs ``update_to_data * frames``
+:class:`~actorq.data.writer.TransitionWriter`), and runs ``update_to_data * frames``
 gradient updates on replay samples. With a shared replay the actor processes store their
 batches themselves and the "batch" is only a marker; the frames that arrived are counted
 all the same. Subclasses only say what their networks and optimizers are and what one
@@ -20,12 +20,12 @@ from torch import nn
 
 from actorq.algos.base import Exploration, Learner, check_positive
 from actorq.envs import EnvSpec
-from actorq.replay.base import Sample
+from actorq.data.replay.base import Sample
 
 
 class Sampling(Protocol):
     """What the learner draws updates from: a replay, or its share of one
-    (:class:`actorq.parallel.RankSampling`)."""
+    (:class:`actorq.run.parallel.RankSampling`)."""
 
     def __len__(self) -> int: ...
 
@@ -67,7 +67,7 @@ class OffPolicyLearner(Learner):
         final_lr_fraction: float = 1.0,
     ):
         super().__init__(spec, exploration, gamma=gamma, final_lr_fraction=final_lr_fraction)
-        # batch_size, n_step and learning_starts are checked with the run config (actorq.checks)
+        # batch_size, n_step and learning_starts are checked with the run config (actorq.run.checks)
         check_positive(target_update_period=target_update_period, update_to_data=update_to_data)
         check_positive(target_tau=target_tau)
         if not target_tau <= 1:

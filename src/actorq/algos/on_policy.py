@@ -20,7 +20,7 @@ Example:
     >>> value, next_value = torch.zeros(1, 3), torch.tensor([[0.0, 0.0, 10.0]])
     >>> no = torch.zeros(1, 3, dtype=torch.bool)
     >>> gae(reward, value, next_value, terminated=no, done=no, gamma=0.5, lam=1.0)  # bootstrapped at the end
-    tensor([[3.0000, 4.0000, 6.0000]])
+    tensor([[3., 4., 6.]])
 """
 
 from __future__ import annotations

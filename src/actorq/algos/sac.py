@@ -30,8 +30,8 @@ from torch import nn
 from actorq.algos.actor_critic import ActorCriticLearner
 from actorq.algos.base import Exploration, adam, check_positive
 from actorq.envs import EnvSpec
-from actorq.networks import GaussianActor
-from actorq.replay.base import Sample
+from actorq.algos.networks import GaussianActor
+from actorq.data.replay.base import Sample
 
 
 class SAC(ActorCriticLearner):

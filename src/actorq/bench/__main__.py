@@ -18,8 +18,9 @@ BENCHMARKS = {
     "recipes": "greedy returns of one trained policy under each int8 recipe",
     "regime": "where int8 actors pay here: predicted speedup map, checked by real runs",
     "scaleout": "Ray actors vs local processes: frames/s, and the int8 broadcast over Ray",
-    "results": "the results table: standard tasks, fp32 and int8 actors vs Stable-Baselines3, 3 seeds",
 }
+# The results table against Stable-Baselines3 is a maintainers' harness outside the package:
+# `python -m benchmarks.results` from the repository root (docs/results.md).
 
 
 def main(argv: list[str] | None = None) -> None:

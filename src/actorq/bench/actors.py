@@ -47,7 +47,7 @@ from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool
 from actorq.bench._table import report
 from actorq.envs import EnvSpec, find_suite, make_env, random_observations
-from actorq.networks import DeterministicActor
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, resolve_precision, time_forward
 
 PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' QuantizedNetwork, as the trainer builds it)

@@ -26,7 +26,7 @@ from torchrl.envs import Compose, RewardSum, TransformedEnv
 from torchrl.envs.libs.gym import GymWrapper
 
 from actorq.envs import EnvSuite, register_suite, suites
-from actorq.envs.batched import GymnasiumEnvs
+from actorq.envs.gymnasium import GymnasiumEnvs
 
 FAST_S, SLOW_S, SLOW_P = 0.003, 0.300, 0.01
 EPISODE = 100

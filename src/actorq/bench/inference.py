@@ -21,7 +21,7 @@ from torch import nn
 
 from actorq.bench._table import report
 from actorq.envs import EnvSpec
-from actorq.networks import DeterministicActor
+from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, select_precision, time_forward
 
 OBS_DIM, ACTION_DIM, DEPTH = 17, 6, 3

@@ -21,7 +21,7 @@ of the critic and actor losses, forward and backward), ``compile_gain`` its upda
 the eager Lightning side's (TD3 and SAC; its first round pays for compiling, so give it 2+).
 
 ``--precision auto`` asks another question: does ``trainer.precision=auto``
-(:mod:`actorq.learner_precision`) pick the faster learner here? It times the same learner
+(:mod:`actorq.run.learner_precision`) pick the faster learner here? It times the same learner
 under a real Trainer at ``32-true`` and at ``bf16-mixed`` (interleaved rounds), lets
 ``auto`` measure and pick as a run does, and reports auto's updates/s over the faster's
 (target: >= 0.95). Its default learner is ``td3_pendulum_wide``'s (2048x3 actor, 256x2
@@ -52,10 +52,10 @@ from actorq.algos.sac import SAC
 from actorq.algos.td3 import TD3
 from actorq.bench._table import report
 from actorq.envs import EnvSpec
-from actorq.learner_precision import CANDIDATES, choose, time_updates, without_trainer
-from actorq.nstep import nstep_transitions
-from actorq.replay.experience import Arrivals, ExperienceWriter
-from actorq.replay.uniform import UniformReplay
+from actorq.run.learner_precision import CANDIDATES, choose, time_updates, without_trainer
+from actorq.data.nstep import nstep_transitions
+from actorq.data.writer import Arrivals, TransitionWriter
+from actorq.data.replay.uniform import UniformReplay
 
 TARGET_RATIO = 0.9
 TARGET_AUTO = 0.95  # --precision auto: auto's updates/s over the faster precision's
@@ -106,7 +106,7 @@ class PreparedExperience(L.LightningDataModule):
         self.total_frames = sum(batch.numel() for batch in batches)
         self.replay = UniformReplay(100_000)
         self.sampling = self.replay
-        self.writer = ExperienceWriter(self.replay, n_step, gamma)
+        self.writer = TransitionWriter(self.replay, n_step, gamma)
 
     def receive(self, batch: TensorDict) -> Arrivals:
         self.writer.extend(batch)

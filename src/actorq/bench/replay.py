@@ -24,8 +24,8 @@ import torch
 from tensordict import TensorDict
 
 from actorq.bench._table import report
-from actorq.replay.prioritized import PrioritizedReplay
-from actorq.replay.shared import SharedReplay
+from actorq.data.replay.prioritized import PrioritizedReplay
+from actorq.data.replay.shared import SharedReplay
 
 OBS_DIM, ACTION_DIM = 17, 6
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6  # every buffer's; cpprb's own eps default is 1e-4

@@ -38,7 +38,7 @@ class Evaluation(Callback):
 
     Args:
         every_frames: evaluation period in env frames (``eval.every_frames``, checked with
-            the run config, :mod:`actorq.checks`).
+            the run config, :mod:`actorq.run.checks`).
         episodes: episodes per evaluation (``eval.episodes``, likewise).
         seed_offset: the ``k``-th evaluation (from 0) seeds its environment with the run's
             seed plus this plus ``k``.

@@ -7,7 +7,7 @@ its postfix::
     Training:  40%|████      | 8000/20000 frames [00:21<00:32, frames/s=372, return=-812.4 (int8 -815.0)]
 
 ``train()`` adds it to the Trainer's callbacks when ``trainer.enable_progress_bar`` is true;
-:class:`actorq.console.ConsoleHandler` writes log lines above it.
+:class:`actorq.run.console.ConsoleHandler` writes log lines above it.
 
 Example:
     >>> bar = FrameProgressBar()

@@ -28,12 +28,12 @@ from torch import nn
 from typing_extensions import override
 
 from actorq.callbacks.schedule import Every
-from actorq.finite import check_finite_weights
+from actorq.util.finite import check_finite_weights
 from actorq.quant import fidelity_metrics
 
 if TYPE_CHECKING:
     from actorq.algos.base import Learner
-    from actorq.experience import Experience
+    from actorq.data.experience import Experience
 
 
 class QuantizeBroadcast(Callback):

@@ -19,6 +19,7 @@ With ``num_envs=None`` the env is unbatched (``batch_size=[]``), like a single
 ``make_env``; otherwise ``batch_size=[num_envs]``.
 
 Example:
+    >>> from actorq.envs import make_batched_env
     >>> env = make_batched_env("CartPole-v1", num_envs=4, seed=0, library="gymnasium")
     >>> env.batch_size, env.observation_spec["observation"].shape
     (torch.Size([4]), torch.Size([4, 4]))
@@ -31,7 +32,6 @@ Example:
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -41,142 +41,11 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from actorq.envs.raw import RawEnvs
 from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
-from actorq.torchrl_adapter import next_seed, tensordict_unchecked
+from actorq.actors.torchrl_adapter import next_seed, tensordict_unchecked
 
 _DONE_KEYS = ("done", "terminated", "truncated")
-
-
-class RawEnvs(abc.ABC):
-    """``n`` raw simulators of one task, stepped and reset in numpy.
-
-    Subclasses fill ``obs_dim``, ``discrete``, ``num_actions`` or ``action_low``/``action_high``.
-    """
-
-    n: int
-    obs_dim: int
-    discrete: bool = False
-    num_actions: int = 0
-    action_low: np.ndarray | None = None
-    action_high: np.ndarray | None = None
-
-    @abc.abstractmethod
-    def step(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray,
-             terminated: np.ndarray, truncated: np.ndarray) -> None:
-        """Steps every env with ``actions[i]``, writing rows of the preallocated outputs."""
-
-    @abc.abstractmethod
-    def reset(self, index: int, obs: np.ndarray) -> None:
-        """Resets env ``index`` and writes its first observation into ``obs`` (one row)."""
-
-    @abc.abstractmethod
-    def seed(self, index: int, seed: int) -> None:
-        """Seeds env ``index`` exactly as the suite's single env's ``set_seed(seed)`` does."""
-
-
-class DMControlEnvs(RawEnvs):
-    """``n`` dm_control suite envs; observations concatenated in sorted key order (as
-    ``CatTensors`` orders them), time-limit ends are truncations (discount stays 1)."""
-
-    def __init__(self, domain: str, task: str, n: int):
-        from actorq.envs.dm_control import quiet_dm_control
-
-        quiet_dm_control()
-        from dm_control import suite
-
-        self.n = n
-        self.envs = [suite.load(domain, task) for _ in range(n)]
-        env = self.envs[0]
-        specs = env.observation_spec()
-        self.keys = sorted(specs)  # CatTensors(sort=True)
-        sizes = [max(1, int(np.prod(specs[key].shape))) for key in self.keys]
-        self.slices = []
-        start = 0
-        for key, size in zip(self.keys, sizes):
-            self.slices.append((key, start, start + size))
-            start += size
-        self.obs_dim = start
-        action = env.action_spec()
-        self.action_low = np.asarray(action.minimum, dtype=np.float32).reshape(-1)
-        self.action_high = np.asarray(action.maximum, dtype=np.float32).reshape(-1)
-        self._row = np.empty(self.obs_dim, dtype=np.float64)
-
-    def _write(self, observation, obs: np.ndarray) -> None:
-        row = self._row
-        for key, start, end in self.slices:
-            row[start:end] = np.ravel(observation[key])
-        obs[:] = row  # float64 -> float32 per element, as DoubleToFloat casts the whole vector
-
-    def step(self, actions, obs, reward, terminated, truncated) -> None:
-        for i, env in enumerate(self.envs):
-            ts = env.step(actions[i])
-            self._write(ts.observation, obs[i])
-            reward[i] = ts.reward or 0.0
-            if ts.step_type == 2:  # StepType.LAST
-                if np.isclose(ts.discount, 1):
-                    truncated[i] = True
-                else:
-                    terminated[i] = True
-
-    def reset(self, index, obs) -> None:
-        self._write(self.envs[index].reset().observation, obs)
-
-    def seed(self, index, seed) -> None:
-        # DMControlEnv._set_seed: a fresh RandomState for the task, then one reset.
-        self.envs[index].task._random = np.random.RandomState(seed)
-        self.envs[index].reset()
-
-
-class GymnasiumEnvs(RawEnvs):
-    """``n`` gymnasium envs (``gymnasium.make``, or ``make()`` for an env class of a suite's
-    own) with a 1-D Box observation and a Box or Discrete action space; discrete actions are
-    integer indices."""
-
-    def __init__(self, env_id: str, n: int, make: Callable[[], Any] | None = None):
-        import gymnasium
-
-        self.n = n
-        self.envs = [gymnasium.make(env_id) if make is None else make() for _ in range(n)]
-        env = self.envs[0]
-        self.obs_dim = int(env.observation_space.shape[0])
-        space = env.action_space
-        if isinstance(space, gymnasium.spaces.Discrete):
-            self.discrete, self.num_actions = True, int(space.n)
-            self._start = int(space.start)
-        else:
-            self.action_low = np.asarray(space.low, dtype=np.float32).reshape(-1)
-            self.action_high = np.asarray(space.high, dtype=np.float32).reshape(-1)
-
-    @staticmethod
-    def supports(env_id: str) -> bool:
-        """Whether the lean path can run ``env_id`` (flat Box observation; Box or Discrete actions)."""
-        import gymnasium
-        from gymnasium import spaces
-
-        env = gymnasium.make(env_id)
-        try:
-            obs, act = env.observation_space, env.action_space
-            return (isinstance(obs, spaces.Box) and len(obs.shape) == 1
-                    and (isinstance(act, spaces.Discrete) or (isinstance(act, spaces.Box) and len(act.shape) == 1)))
-        finally:
-            env.close()
-
-    def step(self, actions, obs, reward, terminated, truncated) -> None:
-        discrete = self.discrete
-        for i, env in enumerate(self.envs):
-            action = int(actions[i]) + self._start if discrete else actions[i]
-            observation, r, term, trunc, _ = env.step(action)
-            obs[i] = observation
-            reward[i] = r
-            terminated[i] = term
-            truncated[i] = trunc
-
-    def reset(self, index, obs) -> None:
-        obs[:] = self.envs[index].reset()[0]
-
-    def seed(self, index, seed) -> None:
-        # GymEnv._set_seed (gymnasium): reset(seed=seed).
-        self.envs[index].reset(seed=seed)
 
 
 class StepArrays(NamedTuple):
@@ -349,22 +218,3 @@ class LeanBatchedEnv(EnvBase):
         for env in getattr(self.raw, "envs", ()):
             env.close()
         self.is_closed = True
-
-
-def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
-                     library: str | None = None) -> EnvBase | None:
-    """The lean env for ``name`` from its suite, or ``None`` if the suite has no lean path.
-
-    Args:
-        name: the environment (as for :func:`actorq.envs.make_env`).
-        num_envs: envs in the batch; ``None`` makes one unbatched env.
-        seed: the first seed of the chain (env ``i`` gets the ``i``-th).
-        library: the suite (``env.library``); ``None`` looks the name up.
-    """
-    from actorq.envs.registry import find_suite
-
-    suite = find_suite(name, library)
-    raw = suite.make_raw(name, 1 if num_envs is None else num_envs)
-    if raw is None:
-        return None
-    return LeanBatchedEnv(raw, batched=num_envs is not None, seed=seed)

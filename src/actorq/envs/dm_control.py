@@ -18,14 +18,15 @@ import re
 import warnings
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from actorq.envs.raw import RawEnvs
 from actorq.envs.registry import EnvSuite, register_suite
 from actorq.envs.spec import OBSERVATION
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
-
-    from actorq.envs.batched import DMControlEnvs
 
 # Every dm_control task name has this form; a name without it is not a task, and answering
 # that needs no import of dm_control (which loads MuJoCo). It only ever says no.
@@ -97,7 +98,56 @@ class DMControlSuite(EnvSuite):
         return env
 
     def make_raw(self, env_name: str, num_envs: int) -> DMControlEnvs:
-        from actorq.envs.batched import DMControlEnvs
-
         domain, task = env_name.split("-", 1)
         return DMControlEnvs(domain, task, num_envs)
+
+
+class DMControlEnvs(RawEnvs):
+    """``n`` dm_control suite envs; observations concatenated in sorted key order (as
+    ``CatTensors`` orders them), time-limit ends are truncations (discount stays 1)."""
+
+    def __init__(self, domain: str, task: str, n: int):
+        quiet_dm_control()
+        from dm_control import suite
+
+        self.n = n
+        self.envs = [suite.load(domain, task) for _ in range(n)]
+        env = self.envs[0]
+        specs = env.observation_spec()
+        self.keys = sorted(specs)  # CatTensors(sort=True)
+        sizes = [max(1, int(np.prod(specs[key].shape))) for key in self.keys]
+        self.slices = []
+        start = 0
+        for key, size in zip(self.keys, sizes):
+            self.slices.append((key, start, start + size))
+            start += size
+        self.obs_dim = start
+        action = env.action_spec()
+        self.action_low = np.asarray(action.minimum, dtype=np.float32).reshape(-1)
+        self.action_high = np.asarray(action.maximum, dtype=np.float32).reshape(-1)
+        self._row = np.empty(self.obs_dim, dtype=np.float64)
+
+    def _write(self, observation, obs: np.ndarray) -> None:
+        row = self._row
+        for key, start, end in self.slices:
+            row[start:end] = np.ravel(observation[key])
+        obs[:] = row  # float64 -> float32 per element, as DoubleToFloat casts the whole vector
+
+    def step(self, actions, obs, reward, terminated, truncated) -> None:
+        for i, env in enumerate(self.envs):
+            ts = env.step(actions[i])
+            self._write(ts.observation, obs[i])
+            reward[i] = ts.reward or 0.0
+            if ts.step_type == 2:  # StepType.LAST
+                if np.isclose(ts.discount, 1):
+                    truncated[i] = True
+                else:
+                    terminated[i] = True
+
+    def reset(self, index, obs) -> None:
+        self._write(self.envs[index].reset().observation, obs)
+
+    def seed(self, index, seed) -> None:
+        # DMControlEnv._set_seed: a fresh RandomState for the task, then one reset.
+        self.envs[index].task._random = np.random.RandomState(seed)
+        self.envs[index].reset()

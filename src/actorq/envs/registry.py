@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import torch
 
 from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
-    from actorq.envs.batched import RawEnvs
+    from actorq.envs.raw import RawEnvs
 
 
 class EnvSuite(abc.ABC):
@@ -238,3 +238,22 @@ def _listing() -> str:
 def _hint(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=3)
     return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
+                     library: str | None = None) -> EnvBase | None:
+    """The lean env for ``name`` from its suite, or ``None`` if the suite has no lean path.
+
+    Args:
+        name: the environment (as for :func:`actorq.envs.make_env`).
+        num_envs: envs in the batch; ``None`` makes one unbatched env.
+        seed: the first seed of the chain (env ``i`` gets the ``i``-th).
+        library: the suite (``env.library``); ``None`` looks the name up.
+    """
+    from actorq.envs.batched import LeanBatchedEnv
+
+    suite = find_suite(name, library)
+    raw = suite.make_raw(name, 1 if num_envs is None else num_envs)
+    if raw is None:
+        return None
+    return LeanBatchedEnv(raw, batched=num_envs is not None, seed=seed)

@@ -9,7 +9,7 @@ there). torch.ao is imported only inside this package (in ``_ao.py``).
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import DeterministicActor
+    >>> from actorq.algos.networks import DeterministicActor
     >>> env_spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> learner_actor = DeterministicActor(env_spec, hidden=(64, 64))
     >>> quant = QuantSpec(bits=8, mode="static")

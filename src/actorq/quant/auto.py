@@ -13,7 +13,7 @@ must agree on the payload format.
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import DeterministicActor
+    >>> from actorq.algos.networks import DeterministicActor
     >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> actor = DeterministicActor(spec, hidden=(32, 32))
     >>> choice = select_precision(actor, QuantSpec(bits="auto"), batch_size=1, iterations=30)

@@ -4,7 +4,7 @@ The metric names in :func:`fidelity_metrics` are the documented ``quant/*`` name
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import DeterministicActor
+    >>> from actorq.algos.networks import DeterministicActor
     >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> actor = DeterministicActor(spec, hidden=(64, 64))
     >>> copy = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 # A payload: plain tensors named l{k}_..., and what a codec says it holds: name -> (shape, dtype).
 Payload = dict[str, torch.Tensor]
@@ -85,7 +85,7 @@ class TrunkLayout:
     """The layers of a trunk, input first.
 
     Build it from a trunk with :meth:`from_trunk`, from explicit ``layers=``, or (the shape
-    :func:`actorq.networks.mlp` makes) from ``sizes`` and ``layer_norm``: ``Linear ->
+    :func:`actorq.algos.networks.mlp` makes) from ``sizes`` and ``layer_norm``: ``Linear ->
     [LayerNorm] -> ReLU`` per hidden width, then a last ``Linear``.
 
     Attributes:

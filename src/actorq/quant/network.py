@@ -9,7 +9,7 @@ quantized modules for int8) before the next forward.
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import DeterministicActor
+    >>> from actorq.algos.networks import DeterministicActor
     >>> env_spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> quant = QuantSpec(bits=8, mode="dynamic")
     >>> learner_actor = DeterministicActor(env_spec, hidden=(64, 64))
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.quant.layout import Payload, TrunkLayout
 from actorq.quant.quantize import quantize
 from actorq.quant.spec import QuantSpec
@@ -45,10 +45,10 @@ class QuantizedNetwork(nn.Module):
     """``obs -> head(trunk(obs))`` with the trunk at the precision of ``quant``.
 
     Args:
-        sizes: trunk widths ``(obs_dim, *hidden, out_dim)`` of an :func:`actorq.networks.mlp`
+        sizes: trunk widths ``(obs_dim, *hidden, out_dim)`` of an :func:`actorq.algos.networks.mlp`
             trunk, or any :class:`~actorq.quant.layout.TrunkLayout`.
         quant: the precision (``bits="auto"`` must be resolved first).
-        head: the fp32 output module (e.g. :class:`actorq.networks.TanhScale`); identity if
+        head: the fp32 output module (e.g. :class:`actorq.algos.networks.TanhScale`); identity if
             ``None``.
         layer_norm: with ``sizes``: whether the trunk has a ``LayerNorm`` after every hidden
             ``Linear``.

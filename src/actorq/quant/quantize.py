@@ -8,7 +8,7 @@ weight sync can copy; torch.ao's packed int8 parameters are invisible to it.
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.networks import DeterministicActor
+    >>> from actorq.algos.networks import DeterministicActor
     >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
     >>> actor = DeterministicActor(spec, hidden=(64, 64))
     >>> payload = quantize(actor, QuantSpec(bits=8, mode="static"), calibration=torch.randn(256, 3))
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.quant.layout import Payload, TrunkLayout
 from actorq.quant.spec import QuantSpec
 

@@ -10,7 +10,7 @@ Example:
     >>> QuantSpec(bits=4, mode="static")
     Traceback (most recent call last):
     ...
-    actorq.errors.ConfigError: quant.bits=4 is simulated weight-only quantization and needs quant.mode=dynamic; quant.mode=static (calibrated activations, real int8 kernels) needs quant.bits=8
+    actorq.util.errors.ConfigError: quant.bits=4 is simulated weight-only quantization and needs quant.mode=dynamic; quant.mode=static (calibrated activations, real int8 kernels) needs quant.bits=8
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 from typing import TYPE_CHECKING
 
-from actorq.checks import AUTO
-from actorq.errors import ConfigError
+from actorq.run.checks import AUTO
+from actorq.util.errors import ConfigError
 from actorq.quant import _ao, codecs
 
 if TYPE_CHECKING:

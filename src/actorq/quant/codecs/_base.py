@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from actorq.checks import AUTO, is_int
-from actorq.errors import ConfigError
+from actorq.run.checks import AUTO, is_int
+from actorq.util.errors import ConfigError
 from actorq.quant.codecs._parts import stored_weights
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed

@@ -5,13 +5,13 @@ The learner is rebuilt from the run dir's ``config.yaml`` the way ``actorq.train
 ``torch.load(weights_only=True)``: tensors and plain containers only, never code. The agent
 plays either the learner's fp32 policy or the actors' reduced-precision copy: the payload
 they last received, as the checkpoint holds it. Anything wrong with the run dir or the
-checkpoint is one :class:`~actorq.errors.ConfigError` line.
+checkpoint is one :class:`~actorq.util.errors.ConfigError` line.
 
 Example:
     >>> load("/nonexistent/run")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    actorq.errors.ConfigError: no run dir at /nonexistent/run
+    actorq.util.errors.ConfigError: no run dir at /nonexistent/run
 
 With a run trained by ``python -m actorq ... run_dir=RUN_DIR``::
 
@@ -37,11 +37,11 @@ from torch import nn
 
 from actorq.callbacks.evaluation import greedy
 from actorq.envs import EnvSpec, import_suites, make_env
-from actorq.envs.batched import make_batched_env
-from actorq.errors import ConfigError
+from actorq.envs import make_batched_env
+from actorq.util.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
 from actorq.quant.codecs import registered
-from actorq.resume import EXPERIENCE_STATE, LAST, check_shapes, read_checkpoint
+from actorq.run.resume import EXPERIENCE_STATE, LAST, check_shapes, read_checkpoint
 
 CONFIG_FILE = "config.yaml"
 LEARNER, QUANTIZED = "learner", "quantized"

@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from actorq.learner_precision import cpu_fields
+from actorq.run.learner_precision import cpu_fields
 
 
 def machine(load_start: tuple[float, float, float]) -> dict:

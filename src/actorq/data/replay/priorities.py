@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from actorq.replay.sumtree import InvalidValue, SumTree
+from actorq.data.replay.sumtree import InvalidValue, SumTree
 
 
 class Priorities:

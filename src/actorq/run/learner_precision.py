@@ -42,11 +42,11 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from tensordict import TensorDict
 
-from actorq.atomic import write_text_atomically
-from actorq.checks import AUTO
-from actorq.parallel import launched_rank
+from actorq.util.atomic import write_text_atomically
+from actorq.run.checks import AUTO
+from actorq.run.parallel import launched_rank
 from actorq.quant.timing import single_thread
-from actorq.replay.base import Sample
+from actorq.data.replay.base import Sample
 
 if TYPE_CHECKING:
     from actorq.algos.base import Learner

@@ -1,4 +1,4 @@
-"""``python -m actorq.bench results``: the results table against Stable-Baselines3.
+"""``python -m benchmarks.results``: the results table against Stable-Baselines3.
 
 A fixed suite of cells, one ``(task, implementation, seed)`` each: actorq with fp32 actors,
 actorq with int8 actors and Stable-Baselines3 (the same algorithm, hyperparameters and frame
@@ -8,11 +8,11 @@ task, seed by seed, the three implementations in turn; each finished cell writes
 run again from scratch. ``results.json``, ``results.md`` and the plots are rebuilt from the
 finished cells after every cell (``--summarize-only`` rebuilds them alone). Before its cells,
 each task's actors are probed once for the regime map's prediction of the int8 rows
-(:mod:`actorq.bench.results_regime`).
+(:mod:`benchmarks.results_regime`).
 
 Usage (``tests/integration/test_bench_results.py`` runs the quick form; docs/results.md)::
 
-    python -m actorq.bench results [--tasks ...] [--seeds 0 1 2] [--impls ...]
+    python -m benchmarks.results [--tasks ...] [--seeds 0 1 2] [--impls ...]
                                    [--out-dir bench-results/results] [--budget-scale X | --quick]
                                    [--max-cells N] [--summarize-only]
 """
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
-from actorq.atomic import write_text_atomically
-from actorq.bench import results_regime, results_table
-from actorq.bench.results_machine import machine
+from actorq.util.atomic import write_text_atomically
+from benchmarks import results_regime, results_table
+from benchmarks.results_machine import machine
 
 IMPLEMENTATIONS = ("actorq-fp32", "actorq-int8", "sb3")
 PEER = "sb3"
@@ -173,7 +173,7 @@ def run_cell(task: Task, impl: str, seed: int, budget: Budget, cell_dir: Path) -
     load_start = os.getloadavg()
     started = time.perf_counter()
     if impl == PEER:
-        from actorq.bench.results_peer import run_peer
+        from benchmarks.results_peer import run_peer
 
         result = run_peer(task, seed, budget)
     else:
@@ -260,7 +260,7 @@ def eta_s(remaining: list[tuple[str, str, int]], out_dir: Path) -> float:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench results", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.results", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=list(SUITE), choices=list(SUITE))
     parser.add_argument("--impls", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from actorq.replay.base import Sample
-from actorq.replay.priorities import Priorities, as_numpy
-from actorq.replay.uniform import UniformReplay
+from actorq.data.replay.base import Sample
+from actorq.data.replay.priorities import Priorities, as_numpy
+from actorq.data.replay.uniform import UniformReplay
 
 
 class PrioritizedReplay(UniformReplay):

@@ -3,7 +3,7 @@
 ``train()`` calls :func:`find_checkpoint` before anything is built and :func:`check_checkpoint`
 once the learner and the actors' precision are known, both before any actor process starts.
 A missing, truncated, tampered or foreign checkpoint stops the run with one
-:class:`~actorq.errors.ConfigError` line (exit code 2). Checkpoints are read with
+:class:`~actorq.util.errors.ConfigError` line (exit code 2). Checkpoints are read with
 ``torch.load(weights_only=True)``: tensors and plain containers only, never code.
 
 Example:
@@ -13,7 +13,7 @@ Example:
     >>> find_checkpoint("last", Path("/nonexistent/run"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    actorq.errors.ConfigError: ckpt_path=last: no checkpoint at /nonexistent/run/checkpoints/last.ckpt; ...
+    actorq.util.errors.ConfigError: ckpt_path=last: no checkpoint at /nonexistent/run/checkpoints/last.ckpt; ...
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 LAST = "last"
 EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name

@@ -1,15 +1,15 @@
 """Collector batches in, n-step transitions into the replay, and a count of what arrived.
 
-The learner process writes through an :class:`ExperienceWriter` itself, or, with a
-:class:`~actorq.replay.shared.SharedReplay`, hands it to the actor processes, which then
+The learner process writes through an :class:`TransitionWriter` itself, or, with a
+:class:`~actorq.data.replay.shared.SharedReplay`, hands it to the actor processes, which then
 write their own batches while the learner samples. Either way the learner learns from
-:meth:`ExperienceWriter.arrivals` how many frames (and which finished episodes) came in.
+:meth:`TransitionWriter.arrivals` how many frames (and which finished episodes) came in.
 
 Example:
     >>> from tensordict import TensorDict
-    >>> from actorq.replay.uniform import UniformReplay
+    >>> from actorq.data.replay.uniform import UniformReplay
     >>> replay = UniformReplay(capacity=100)
-    >>> writer = ExperienceWriter(replay, n_step=1, gamma=0.99)
+    >>> writer = TransitionWriter(replay, n_step=1, gamma=0.99)
     >>> T = 5
     >>> batch = TensorDict({
     ...     "observation": torch.zeros(T, 3), "action": torch.zeros(T, 1),
@@ -33,16 +33,16 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDictBase
 
-from actorq.nstep import nstep_transitions
-from actorq.replay.base import ReplayBuffer
-from actorq.replay.shared import SharedReplay
+from actorq.data.nstep import nstep_transitions
+from actorq.data.replay.base import ReplayBuffer
+from actorq.data.replay.shared import SharedReplay
 
 _FRAMES, _EPISODES, _RETURN_SUM = range(3)
 
 
 @dataclass(frozen=True)
 class Arrivals:
-    """Experience that arrived since the previous :meth:`ExperienceWriter.arrivals`.
+    """Experience that arrived since the previous :meth:`TransitionWriter.arrivals`.
 
     Attributes:
         frames: environment steps (one transition each).
@@ -60,7 +60,7 @@ class Arrivals:
         return self.return_sum / self.episodes if self.episodes else None
 
 
-class ExperienceWriter:
+class TransitionWriter:
     """Turns collector batches ``[*envs, T]`` into n-step transitions and stores them.
 
     Writes into the replay in this process, or, for a :class:`SharedReplay`, through its

@@ -14,7 +14,7 @@ Example:
     >>> check_seed(cfg)
     Traceback (most recent call last):
     ...
-    actorq.errors.ConfigError: seed must be an integer in [0, 2**32), got -1
+    actorq.util.errors.ConfigError: seed must be an integer in [0, 2**32), got -1
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from functools import cache
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer", "seed",
                   "run_dir", "eval", "checkpoint", "ckpt_path", "hydra"}
@@ -43,13 +43,13 @@ ACTOR_BACKENDS = ("process", "ray")
 COLLECTIONS = ("auto", "async", "lockstep")  # auto: by the learner's family (actorq.train)
 AUTO = "auto"
 """The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""
-# "auto" (actorq.learner_precision) and what lightning.Trainer accepts
+# "auto" (actorq.run.learner_precision) and what lightning.Trainer accepts
 TRAINER_PRECISIONS = (AUTO, "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
                       "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64)
 
 
 def check_run_config(cfg: DictConfig) -> None:
-    """Every check below, in order; raises :class:`~actorq.errors.ConfigError`."""
+    """Every check below, in order; raises :class:`~actorq.util.errors.ConfigError`."""
     check_top_level(cfg)
     check_env_modules(cfg)
     check_seed(cfg)
@@ -191,7 +191,7 @@ READ_ONLY_WITH = (
 def check_read_keys(cfg: DictConfig) -> None:
     """A key set away from its option's default where nothing reads it is refused: the run
     would go on as if it had not been set. A sweep's jobs are checked together, before the
-    first starts (:func:`actorq.launch.sweep_error`), so a job of a sweep is not refused here."""
+    first starts (:func:`actorq.run.launch.sweep_error`), so a job of a sweep is not refused here."""
     if not _in_sweep():
         unread = unread_keys(cfg)
         if unread:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from actorq.replay.base import ReplayBuffer, Sample
-from actorq.replay.storage import TransitionStorage
+from actorq.data.replay.base import ReplayBuffer, Sample
+from actorq.data.replay.storage import TransitionStorage
 
 
 class UniformReplay(ReplayBuffer):

@@ -32,8 +32,8 @@ from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from tensordict import TensorDict
 
-from actorq.replay.base import ReplayBuffer, Sample
-from actorq.replay.experience import Arrivals
+from actorq.data.replay.base import ReplayBuffer, Sample
+from actorq.data.writer import Arrivals
 
 
 def strategy(devices: int) -> str | DDPStrategy:
@@ -108,7 +108,7 @@ class RankSampling:
 
 @dataclass(frozen=True)
 class Layout:
-    """How a :class:`~actorq.replay.base.Sample` lies in a flat byte tensor: ``fields`` are
+    """How a :class:`~actorq.data.replay.base.Sample` lies in a flat byte tensor: ``fields`` are
     ``(key, dtype, shape)`` in order, keys ``("indices",)``, ``("weights",)`` or
     ``("batch", *nested_key)``; ``prioritized`` says whether TD errors go back to rank 0."""
 
@@ -130,7 +130,7 @@ def pack(sample: Sample, prioritized: bool) -> tuple[Layout, torch.Tensor]:
 
 
 def unpack(layout: Layout, buffer: torch.Tensor) -> Sample:
-    """The :class:`~actorq.replay.base.Sample` that :func:`pack` flattened into ``buffer``."""
+    """The :class:`~actorq.data.replay.base.Sample` that :func:`pack` flattened into ``buffer``."""
     tensors, offset = {}, 0
     for key, dtype, shape in layout.fields:
         size = math.prod(shape) * dtype.itemsize

@@ -1,4 +1,4 @@
-"""The Stable-Baselines3 side of ``python -m actorq.bench results``: the same algorithm, task,
+"""The Stable-Baselines3 side of ``python -m benchmarks.results``: the same algorithm, task,
 hyperparameters, frame budget and evaluation schedule as our cells, on the same machine.
 
 Evaluation is ours' twin: every ``eval_every`` frames and at the end, ``eval_episodes``

@@ -3,7 +3,7 @@
 A sweep (``-m``) is checked whole before its first job starts: every job's overrides are
 composed and its config checked as :func:`actorq.train.check_job` does, so a bad value in
 job 5 stops the sweep in one line (exit code 2) before job 0 trains. A key set where nothing
-reads it (:func:`actorq.checks.unread_keys`) stops the sweep when no job reads it; when only
+reads it (:func:`actorq.run.checks.unread_keys`) stops the sweep when no job reads it; when only
 some do (``quant.engine=onednn`` across ``quant.bits=32,8``: the fp32 jobs have no engine),
 the sweep runs, with one warning naming the jobs that ignore it. The jobs are the ones
 Hydra's basic sweeper launches: the cartesian product of the comma lists and
@@ -34,8 +34,8 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import open_dict
 
-from actorq.checks import composition_error, unread_keys
-from actorq.errors import ConfigError
+from actorq.run.checks import composition_error, unread_keys
+from actorq.util.errors import ConfigError
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 # The output dirs a command line can name, for a single run (False) and a sweep (True).
@@ -44,7 +44,7 @@ OUTPUT_DIR_KEYS = {False: ("run_dir", "hydra.run.dir"), True: ("run_dir", "hydra
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     """Each job's overrides, as the basic sweeper expands ``overrides``; raises
-    :class:`~actorq.errors.ConfigError` for a sweep it cannot expand."""
+    :class:`~actorq.util.errors.ConfigError` for a sweep it cannot expand."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as error:
@@ -105,7 +105,7 @@ def unread_in_sweep(jobs: list[list[str]], unread: list[dict[str, str]]) -> str 
 
 def _check_error(job: list[str]) -> tuple[str | None, dict[str, str]]:
     """Why the job's config fails :func:`actorq.train.check_job` (``None`` if it passes), and
-    its :func:`~actorq.checks.unread_keys`."""
+    its :func:`~actorq.run.checks.unread_keys`."""
     from actorq.train import check_job
 
     with initialize_config_module("actorq.conf", version_base="1.3"):

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from actorq.replay.base import ReplayBuffer, Sample
-from actorq.replay.priorities import Priorities, as_numpy
-from actorq.replay.storage import TransitionStorage
+from actorq.data.replay.base import ReplayBuffer, Sample
+from actorq.data.replay.priorities import Priorities, as_numpy
+from actorq.data.replay.storage import TransitionStorage
 
 EMPTY = -1  # stamp of a slot never written
 WRITING = -2  # stamp of a slot a writer is filling
@@ -126,7 +126,7 @@ class SharedReplay(ReplayBuffer):
     """Prioritized replay whose storage lives in shared memory, written by many processes.
 
     The learner process creates it, hands :meth:`writer` handles to actor processes, and
-    samples and updates priorities as with :class:`~actorq.replay.prioritized.PrioritizedReplay`
+    samples and updates priorities as with :class:`~actorq.data.replay.prioritized.PrioritizedReplay`
     (same sampling rule and arguments). Only the learner process may call :meth:`sample`,
     :meth:`update_priorities` and ``len``; any process may write.
 

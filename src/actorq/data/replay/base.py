@@ -1,7 +1,7 @@
 """The replay interface the learner talks to; uniform and prioritized buffers implement it.
 
 A transition is a flat TensorDict row with the keys of :data:`TRANSITION_KEYS`, as produced
-by :func:`actorq.nstep.nstep_transitions`.
+by :func:`actorq.data.nstep.nstep_transitions`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Example:
     >>> check_finite_weights(net, "the actors' policy", step=7)
     Traceback (most recent call last):
     ...
-    actorq.errors.NonFiniteError: non-finite weight bias of the actors' policy at learner step 7: not broadcast
+    actorq.util.errors.NonFiniteError: non-finite weight bias of the actors' policy at learner step 7: not broadcast
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actorq.errors import NonFiniteError
+from actorq.util.errors import NonFiniteError
 
 
 def first_non_finite(module: nn.Module) -> str | None:

@@ -1,4 +1,4 @@
-"""The regime map's prediction for each task of ``python -m actorq.bench results``: where int8
+"""The regime map's prediction for each task of ``python -m benchmarks.results``: where int8
 actors can shorten the task's run on this machine, and where they cannot.
 
 A run goes at about ``min(actor frames/s, learner updates/s / update_to_data)``
@@ -23,9 +23,9 @@ import shutil
 import statistics
 from pathlib import Path
 
-from actorq.atomic import write_text_atomically
+from actorq.util.atomic import write_text_atomically
 from actorq.bench.regime import predicted_frames_per_s, steady_frames_per_s
-from actorq.bench.results_machine import machine
+from benchmarks.results_machine import machine
 
 PROBE_FRAMES = 20_480  # 80 batches of 256: the rate settles well inside it for every task
 QUICK_PROBE_FRAMES = 2_048

@@ -1,4 +1,4 @@
-"""The results table of ``python -m actorq.bench results``, rebuilt from its finished cells:
+"""The results table of ``python -m benchmarks.results``, rebuilt from its finished cells:
 ``results.json``, ``results.md`` and two plots per task (return vs frames and vs wall-clock,
 ours fp32, ours int8 and SB3 on one axis, mean with a min-max band over seeds).
 
@@ -13,7 +13,7 @@ The int8 test: int8 actors pass when the int8 cells' mean return at the budget i
 the lowest fp32 seed's (within the fp32 seed range, or better); with fewer than three seeds a
 side it gives no verdict. Below it, the regime map's
 prediction of int8 over fp32 frames/s beside the measured ratio
-(:mod:`actorq.bench.results_regime`).
+(:mod:`benchmarks.results_regime`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import json
 import statistics
 from pathlib import Path
 
-from actorq.atomic import write_text_atomically
-from actorq.bench import results_regime
+from actorq.util.atomic import write_text_atomically
+from benchmarks import results_regime
 from actorq.report import MIN_SEEDS, Run, fmt, mean_std, plot_experiment, time_to_target
 
 ORDER = ("actorq-fp32", "actorq-int8", "sb3")

@@ -12,7 +12,7 @@ training data, saves the replay's state in checkpoints and shuts the actor proce
 :meth:`Experience.teardown`.
 
 It never reads the learner: ``train()`` hands it what it needs at construction (the kind,
-the n-step settings, the updates the run plans, and the run's :class:`~actorq.clock.FrameClock`,
+the n-step settings, the updates the run plans, and the run's :class:`~actorq.run.clock.FrameClock`,
 which the learner advances). The learner is handed the experience (``learner.learn_from``); the
 callbacks reach it as ``trainer.datamodule``. The one way new weights reach the actors is
 :meth:`Experience.publish` (the broadcast callback decides when).
@@ -20,8 +20,8 @@ callbacks reach it as ``trainer.datamodule``. The one way new weights reach the 
 Example:
     >>> from functools import partial
     >>> from actorq.actors.pool import ActorPool
-    >>> from actorq.clock import FrameClock
-    >>> from actorq.replay import make_replay
+    >>> from actorq.run.clock import FrameClock
+    >>> from actorq.data.replay import make_replay
     >>> experience = Experience("CartPole-v1", make_actors=partial(ActorPool, num_workers=1,
     ...                         frames_per_batch=100, total_frames=1000),
     ...                         make_replay=partial(make_replay, capacity=10_000),
@@ -43,15 +43,15 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from actorq.clock import FrameClock
+from actorq.run.clock import FrameClock
 from actorq.envs import make_env
-from actorq.envs.batched import make_batched_env
-from actorq.errors import ConfigError
-from actorq.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
-from actorq.replay.base import ReplayBuffer
+from actorq.envs import make_batched_env
+from actorq.util.errors import ConfigError
+from actorq.run.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
+from actorq.data.replay.base import ReplayBuffer
 from actorq.quant import payload_nbytes, quantize
-from actorq.replay.experience import Arrivals, ExperienceWriter, ended_episode_returns
-from actorq.replay.factory import transition_template
+from actorq.data.writer import Arrivals, TransitionWriter, ended_episode_returns
+from actorq.data.replay.factory import transition_template
 
 # A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
 # (``frames_done``, from the run's frame clock), not from a saved iterator position, which Lightning cannot know.
@@ -89,15 +89,15 @@ class Experience(L.LightningDataModule):
         kind: ``"replay"`` (off-policy learners) or ``"rollout"`` (on-policy learners: no
             replay, no writer; ``make_replay``, ``n_step`` and ``planned_updates`` unused).
 
-    With ``trainer.devices > 1`` (:mod:`actorq.parallel`) only rank 0 builds the replay,
+    With ``trainer.devices > 1`` (:mod:`actorq.run.parallel`) only rank 0 builds the replay,
     the writer and the actors; every rank samples through :attr:`sampling`.
 
     Attributes:
-        replay: the :class:`~actorq.replay.base.ReplayBuffer` (after ``setup``).
+        replay: the :class:`~actorq.data.replay.base.ReplayBuffer` (after ``setup``).
         sampling: what the learner samples and feeds priorities to: the replay itself, or
-            with several learner ranks a :class:`~actorq.parallel.RankSampling` of it
+            with several learner ranks a :class:`~actorq.run.parallel.RankSampling` of it
             (``None`` for rollouts).
-        writer: the :class:`~actorq.replay.experience.ExperienceWriter` that stores batches.
+        writer: the :class:`~actorq.data.writer.TransitionWriter` that stores batches.
         quant: the precision the actors run at: their policy's (``None`` without one).
         actors: the :class:`~actorq.actors.pool.ActorPool` (after ``train_dataloader``).
         total_frames: env frames the run collects.
@@ -145,7 +145,7 @@ class Experience(L.LightningDataModule):
         self.policy_version = 0
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
-        self.writer: ExperienceWriter | None = None
+        self.writer: TransitionWriter | None = None
         self.actors: ActorPool | None = None
         self._replay_state: dict | None = None
         self._last_rollout: TensorDictBase | None = None
@@ -180,7 +180,7 @@ class Experience(L.LightningDataModule):
         )
         if self._replay_state is not None:
             self.replay.load_state_dict(self._replay_state)
-        self.writer = ExperienceWriter(self.replay, self.n_step, self.gamma)
+        self.writer = TransitionWriter(self.replay, self.n_step, self.gamma)
         self.sampling = self.replay if ranks == 1 else RankSampling(self.replay, rank, ranks)
 
     def train_dataloader(self):

@@ -5,7 +5,7 @@ Example:
     >>> type(replay).__name__, replay.beta
     ('PrioritizedReplay', 0.4)
 
-The ``replay.*`` keys are checked with the run config (:mod:`actorq.checks`); the buffers
+The ``replay.*`` keys are checked with the run config (:mod:`actorq.run.checks`); the buffers
 check the values they cannot work with.
 """
 
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import psutil
 from tensordict import TensorDictBase
 
-from actorq.nstep import nstep_transitions
-from actorq.replay.base import ReplayBuffer
-from actorq.replay.prioritized import PrioritizedReplay
-from actorq.replay.shared import SharedReplay
-from actorq.replay.uniform import UniformReplay
+from actorq.data.nstep import nstep_transitions
+from actorq.data.replay.base import ReplayBuffer
+from actorq.data.replay.prioritized import PrioritizedReplay
+from actorq.data.replay.shared import SharedReplay
+from actorq.data.replay.uniform import UniformReplay
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
@@ -42,10 +42,10 @@ def make_replay(
 ) -> ReplayBuffer:
     """Builds the replay buffer the config asks for.
 
-    - neither flag: :class:`~actorq.replay.uniform.UniformReplay`;
-    - ``prioritized``: :class:`~actorq.replay.prioritized.PrioritizedReplay`;
-    - ``prioritized`` and ``shared``: :class:`~actorq.replay.shared.SharedReplay`;
-    - ``shared`` alone: :class:`~actorq.replay.shared.SharedReplay` with ``alpha=0``
+    - neither flag: :class:`~actorq.data.replay.uniform.UniformReplay`;
+    - ``prioritized``: :class:`~actorq.data.replay.prioritized.PrioritizedReplay`;
+    - ``prioritized`` and ``shared``: :class:`~actorq.data.replay.shared.SharedReplay`;
+    - ``shared`` alone: :class:`~actorq.data.replay.shared.SharedReplay` with ``alpha=0``
       (uniform sampling, all weights 1).
 
     Args:
@@ -116,7 +116,7 @@ def check_fits_in_memory(capacity: int, template: TensorDictBase) -> None:
 
 def transition_template(env: EnvBase) -> TensorDictBase:
     """One all-zero transition with the keys, shapes and dtypes the replay stores for
-    ``env``'s experience (as :func:`actorq.nstep.nstep_transitions` makes it).
+    ``env``'s experience (as :func:`actorq.data.nstep.nstep_transitions` makes it).
 
     Example:
         >>> from actorq.envs import make_env

@@ -29,7 +29,7 @@ from actorq.envs import find_suite, rollout_return
 from actorq.envs.batched import LeanBatchedEnv
 from actorq.envs.dm_control import DMControlSuite
 from actorq.envs.gymnasium import GymnasiumSuite, needs_mujoco
-from actorq.errors import ConfigError
+from actorq.util.errors import ConfigError
 
 GL_BACKENDS = ("egl", "osmesa")
 GL_PACKAGES = "apt-get install libegl1 libgl1 libegl-mesa0 (EGL) or libosmesa6 (OSMesa)"
@@ -91,7 +91,7 @@ def _starts(backend: str) -> bool:
 
 
 def record(agent, path: str | Path, seed: int, max_steps: int | None = None) -> tuple[Path, int, float]:
-    """Plays one greedy episode of ``agent`` (an :class:`~actorq.agent.Agent`) and writes it as
+    """Plays one greedy episode of ``agent`` (an :class:`~actorq.tools.agent.Agent`) and writes it as
     an mp4: the episode ``agent.make_eval_env(episodes, seed)`` plays first, or its first
     ``max_steps`` steps.
 
@@ -145,7 +145,7 @@ def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[]
     """One raw env of ``env_name`` that can render, its ``frame()`` and its frames per second."""
     suite = find_suite(env_name, library)
     if isinstance(suite, GymnasiumSuite):
-        from actorq.envs.batched import GymnasiumEnvs
+        from actorq.envs.gymnasium import GymnasiumEnvs
 
         if not GymnasiumEnvs.supports(env_name):
             raise ConfigError(f"video: {env_name} has no flat observation vector; it cannot be recorded")
