@@ -287,11 +287,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     out_dir = Path(args.out_dir)
     if not args.summarize_only:
         if PEER in args.impls and not peer_installed():
-            print(f"actorq.bench results: Stable-Baselines3 (the peer) is not installed: {INSTALL_PEER}, "
+            print(f"benchmarks.results: Stable-Baselines3 (the peer) is not installed: {INSTALL_PEER}, "
                   "or leave it out with --impls actorq-fp32 actorq-int8", file=sys.stderr)
             sys.exit(2)
         if not 0 < args.budget_scale:
-            print("actorq.bench results: --budget-scale must be > 0", file=sys.stderr)
+            print("benchmarks.results: --budget-scale must be > 0", file=sys.stderr)
             sys.exit(2)
         budgets = {t: Budget.of(SUITE[t], args.budget_scale, args.quick) for t in args.tasks}
         out_dir.mkdir(parents=True, exist_ok=True)
