@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.pool import ActorPool, ActorWorkerError
 from actorq.envs import register_suite, suites, unregister_suite
 from tests.component.fault_envs import ConstantAction, FaultSuite
@@ -81,8 +82,8 @@ def test_a_slow_learner_loses_no_batch_of_any_worker(no_stray_workers):
     """TorchRL's hand-over drops a batch that waits over 1 s; with two workers and a learner
     taking 1.3 s per batch every other batch was lost. Each worker's env counts its steps,
     so the frames that arrive must be steps 0, 1, 2, ... of each worker with no gap."""
-    pool = ActorPool("count", ConstantAction(), num_workers=2, frames_per_batch=100, total_frames=400,
-                     library="faults")
+    pool = ActorPool(ActorSpec("count", num_workers=2, frames_per_batch=100, total_frames=400, library="faults"),
+                     ConstantAction())
     steps: dict[int, list[int]] = {}
     try:
         for batch in pool:
@@ -102,8 +103,8 @@ def test_a_killed_worker_is_restarted_with_the_current_weights(no_stray_workers,
     """SIGKILL of a worker: the next push returns at once, the death is noticed within
     seconds, every worker restarts with the weights pushed last, the frame budget is met."""
     policy = ConstantAction(1.0)
-    pool = ActorPool("count", policy, num_workers=2, frames_per_batch=50, total_frames=800,
-                     library="faults", max_restarts=2)
+    pool = ActorPool(ActorSpec("count", num_workers=2, frames_per_batch=50, total_frames=800, library="faults",
+                     max_restarts=2), policy)
     actions_after_restart, first_pids, killed_at = [], None, None
     try:
         with caplog.at_level(logging.WARNING, logger="actorq.actors.pool"):
@@ -142,8 +143,8 @@ def test_a_restart_keeps_the_batches_the_other_workers_collected(no_stray_worker
     in ``dropped_frames``); now they reach the iteration: nothing is dropped, each worker's
     steps arrive as 0, 1, 2, ... from each of its envs (the restarted ones count from 0
     again), and every collected frame is accounted for."""
-    pool = ActorPool("count", ConstantAction(), num_workers=3, frames_per_batch=50, total_frames=1500,
-                     library="faults")
+    pool = ActorPool(ActorSpec("count", num_workers=3, frames_per_batch=50, total_frames=1500, library="faults"),
+                     ConstantAction())
     steps: dict[int, list[int]] = {}
     try:
         for index, batch in enumerate(pool):
@@ -223,8 +224,8 @@ def test_an_env_that_raises_restarts_its_pool_then_stops_it(no_stray_workers, ca
     so the worker reports the exception itself. The first failure restarts the workers; the
     same fault again, past ``max_restarts=1``, stops the run with the worker and the
     exception named."""
-    pool = ActorPool("fail-w1-s120", ConstantAction(), num_workers=2, frames_per_batch=50,
-                     total_frames=10_000, library="faults", max_restarts=1)
+    pool = ActorPool(ActorSpec("fail-w1-s120", num_workers=2, frames_per_batch=50, total_frames=10_000,
+                     library="faults", max_restarts=1), ConstantAction())
     started = time.time()
     steps: dict[int, list[int]] = {}
     last_from_1 = None  # when worker 1's last batch before its fault arrived

@@ -5,6 +5,7 @@ import time
 import pytest
 import torch
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.actors.pool import ActorPool
 from actorq.algos.base import Exploration
@@ -28,8 +29,8 @@ def test_actors_see_learner_weights_only_when_pushed(quant):
     learner = DDPG(spec, Exploration(0.0), actor_hidden=(16,))
     observations = torch.rand(256, 3) * 2 - 1
     actors_copy = actor_policy(learner, quant, observations)
-    pool = ActorPool("Pendulum-v1", actors_copy, num_workers=2, frames_per_batch=50,
-                     total_frames=1200, envs_per_worker=2, seed=3)
+    pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=2, frames_per_batch=50, total_frames=1200,
+                     envs_per_worker=2, seed=3), actors_copy)
     try:
         unpushed, pushed, changed_at, pushed_at = [], [], None, None
         for index, batch in enumerate(pool):
@@ -53,7 +54,7 @@ def test_actors_see_learner_weights_only_when_pushed(quant):
 
 
 def test_frame_budget_and_length(pendulum_policy):
-    pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=2, frames_per_batch=40, total_frames=400)
+    pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=2, frames_per_batch=40, total_frames=400), pendulum_policy)
     try:
         frames = sum(batch.numel() for batch in pool)
     finally:
@@ -63,8 +64,8 @@ def test_frame_budget_and_length(pendulum_policy):
 
 def test_old_env_path_on_request(pendulum_policy):
     """``lean_envs=False`` keeps the TorchRL transform stack (a SerialEnv of make_env envs)."""
-    pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=1, frames_per_batch=40, total_frames=120,
-                     envs_per_worker=2, lean_envs=False)
+    pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=1, frames_per_batch=40, total_frames=120,
+                     envs_per_worker=2, lean_envs=False), pendulum_policy)
     try:
         batches = list(pool)
     finally:
@@ -104,8 +105,8 @@ def test_a_worker_collects_ahead_while_the_learner_holds_a_batch(pendulum_policy
     busy with an earlier batch: while the first batch is held, the worker hands over its
     second and collects a third (it used to wait after the second for the learner to ask)."""
     frames_per_batch = 40
-    pool = ActorPool("Pendulum-v1", pendulum_policy, num_workers=1, frames_per_batch=frames_per_batch,
-                     total_frames=400)
+    pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=1, frames_per_batch=frames_per_batch, total_frames=400),
+                     pendulum_policy)
     try:
         batches = iter(pool)
         next(batches)  # held: the learner is busy with it
@@ -127,8 +128,8 @@ def test_lock_step_rounds_are_collected_with_the_policy_pushed_after_the_last_ro
     hold the next batch, collected with the old version."""
     spec = EnvSpec.from_env(make_env("Pendulum-v1"))
     policy = ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0, records=("policy_version",))
-    pool = ActorPool("Pendulum-v1", policy, num_workers=workers, frames_per_batch=30, total_frames=600,
-                     envs_per_worker=3, seed=1, collection="lockstep")
+    pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=workers, frames_per_batch=30, total_frames=600,
+                     envs_per_worker=3, seed=1, collection="lockstep"), policy)
     versions = []
     try:
         assert len(pool) == 600 // (30 * workers)

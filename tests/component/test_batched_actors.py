@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool, make_worker_env
 from actorq.envs import EnvSpec, make_env
@@ -54,8 +55,8 @@ def _check_batch(batch, carried: dict) -> list[tuple[float, float]]:
 
 @pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1"])
 def test_two_workers_of_four_lean_envs(name):
-    pool = ActorPool(name, _policy(name), num_workers=2, envs_per_worker=ENVS_PER_WORKER,
-                     frames_per_batch=FRAMES_PER_BATCH, total_frames=FRAMES_PER_BATCH * 14, seed=1)
+    pool = ActorPool(ActorSpec(name, num_workers=2, envs_per_worker=ENVS_PER_WORKER,
+                     frames_per_batch=FRAMES_PER_BATCH, total_frames=FRAMES_PER_BATCH * 14, seed=1), _policy(name))
     carried: dict = {}
     ended = []
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool
 from actorq.envs import EnvSpec, make_env
@@ -54,8 +55,8 @@ def test_pushed_payloads_reach_every_worker():
     learner_side: dict[str, QuantizedNetwork] = {"template": QuantizedNetwork.template_for(_random_actor(spec, seed=0), quant)}
     labels: dict[int, list[str]] = {}  # worker (its trajectory id) -> label of every step
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
-    pool = ActorPool(ENV, policy, num_workers=NUM_WORKERS, frames_per_batch=FRAMES_PER_BATCH,
-                     total_frames=TOTAL_FRAMES, seed=0)
+    pool = ActorPool(ActorSpec(ENV, num_workers=NUM_WORKERS, frames_per_batch=FRAMES_PER_BATCH,
+                     total_frames=TOTAL_FRAMES, seed=0), policy)
     try:
         for batch in pool:
             observations, actions = batch["observation"], batch["action"]

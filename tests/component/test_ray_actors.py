@@ -11,6 +11,7 @@ import psutil
 import pytest
 import ray
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.ray_pool import RayActorPool
 from actorq.train import train
 from tests.component.fault_envs import ConstantAction
@@ -83,8 +84,8 @@ def test_ray_actors_on_another_node_collect_take_pushed_weights_and_survive_a_ki
     two batches later (its requests queued before the push run first); an actor killed
     later is replaced, once, by one running those weights, which also takes the dead
     actor's queued requests."""
-    pool = RayActorPool("count", ConstantAction(1.0), num_workers=2, frames_per_batch=50, total_frames=1000,
-                        library="faults", address=cluster, resources={"actor_node": 1})
+    pool = RayActorPool(ActorSpec("count", num_workers=2, frames_per_batch=50, total_frames=1000,
+                        library="faults"), ConstantAction(1.0), address=cluster, resources={"actor_node": 1})
     assert pool.requests_in_flight == 2
     batches, pushed_after, killed_after = [], None, None  # (worker, action) per batch
     try:
@@ -126,9 +127,9 @@ def test_asynchronous_actors_keep_delivering_while_one_stalls_and_lock_step_wait
     each worker, so worker 0 waits."""
     order = {}
     for sync in (False, True):
-        pool = RayActorPool("stall-w1-s60", ConstantAction(1.0), num_workers=2, frames_per_batch=50,
-                            total_frames=800, library="faults", address=cluster, resources={"actor_node": 1},
-                            sync=sync)
+        pool = RayActorPool(ActorSpec("stall-w1-s60", num_workers=2, frames_per_batch=50, total_frames=800,
+                            library="faults", collection="lockstep" if sync else "async"), ConstantAction(1.0),
+                            address=cluster, resources={"actor_node": 1})
         try:
             order[sync] = [worker_of(batch) for batch in pool]
         finally:

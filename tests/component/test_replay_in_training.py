@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from actorq.actors.pool import ActorPool
+from actorq.actors import actor_pool
 from actorq.algos.base import Exploration
 from actorq.run.clock import FrameClock
 from actorq.envs import make_env
@@ -114,7 +114,7 @@ def test_checkpoint_restores_the_sampling_state():
     """What the experience pipeline saves in a checkpoint comes back when it is loaded."""
 
     def experience_with(replay):
-        experience = Experience("CartPole-v1", make_actors=partial(ActorPool, total_frames=1000),
+        experience = Experience("CartPole-v1", make_actors=partial(actor_pool, total_frames=1000),
                                 make_replay=None, actor_policy=None,
                                 clock=FrameClock(Exploration(0.1)), n_step=1, gamma=0.99, planned_updates=10)
         experience.replay = replay

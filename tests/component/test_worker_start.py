@@ -6,6 +6,7 @@ import os
 
 import psutil
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.pool import ActorPool
 from tests.component.fault_envs import MARK, ConstantAction
 
@@ -15,8 +16,8 @@ def test_workers_fork_from_one_server_with_the_environment_of_their_start(monkey
     seen = []
     for mark in (1, 2):  # the server may start with the first pool: the second pool's worker is
         monkeypatch.setenv(MARK, str(mark))  # forked after the variable changed
-        pool = ActorPool("where", ConstantAction(), num_workers=1, frames_per_batch=10, total_frames=10,
-                         library="faults")
+        pool = ActorPool(ActorSpec("where", num_workers=1, frames_per_batch=10, total_frames=10,
+                         library="faults"), ConstantAction())
         try:
             seen += [batch["observation"][0].tolist() for batch in pool]
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.base import ActorPoolBase, ActorWorkerError
 from actorq.actors.pool import ActorPool
 from actorq.actors.ray_pool import RayActorPool
@@ -14,7 +15,7 @@ from actorq.actors.ray_pool import RayActorPool
 
 def _pool(**kwargs) -> ActorPoolBase:
     args = {"num_workers": 2, "frames_per_batch": 100, "total_frames": 1_050, "seed": 5} | kwargs
-    return ActorPoolBase("CartPole-v1", nn.Linear(4, 2), **args)
+    return ActorPoolBase(ActorSpec("CartPole-v1", **args), nn.Linear(4, 2))
 
 
 def test_both_pools_are_one_base():

@@ -6,33 +6,39 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from actorq.actors.base import ActorSpec
+
 if TYPE_CHECKING:
+    from torch import nn
+
     from actorq.data.writer import TransitionWriter
 
 
-def actor_pool(backend: str = "process", ray: Mapping[str, Any] | None = None, collection: str = "async",
-               writer: TransitionWriter | None = None, **kwargs: Any):
+def actor_pool(policy: nn.Module, backend: str = "process", ray: Mapping[str, Any] | None = None,
+               collection: str = "async", writer: TransitionWriter | None = None, **kwargs: Any):
     """The actor pool ``actors.backend`` names, built from the ``actors`` config group (its
     keys are checked with the run config, :mod:`actorq.run.checks`).
 
     Args:
+        policy: the actors' policy (a copy in every worker).
         backend: ``"process"``: :class:`~actorq.actors.pool.ActorPool`, worker processes on
             this machine; ``"ray"``: :class:`~actorq.actors.ray_pool.RayActorPool`, Ray actors.
         ray: ``address``, ``num_cpus``, ``resources`` and ``requests_in_flight`` for the Ray
             backend (``actors.ray``).
         collection: ``"async"`` or ``"lockstep"`` (:data:`actorq.actors.base.COLLECTIONS`;
             ``actors.collection=auto`` is resolved by ``train()`` from the learner's family).
-            Ray actors collect lock-step rounds as their ``sync`` mode: one batch of every
-            actor per round, handed over one at a time.
+            Ray actors hand a lock-step round's batches over one at a time.
         writer: the shared replay's writer, for worker processes that store their batches
             themselves; Ray actors may run on other machines, so with them the learner stores
             every batch.
-        kwargs: the pool's own arguments.
+        kwargs: the :class:`~actorq.actors.base.ActorSpec` fields (the ``actors`` keys every
+            backend shares, and what the experience pipeline adds: env, seed, frames done).
     """
+    spec = ActorSpec(**kwargs, collection=collection)
     if backend == "ray":
         from actorq.actors.ray_pool import RayActorPool
 
-        return RayActorPool(**kwargs, **dict(ray or {}), sync=collection == "lockstep")
+        return RayActorPool(spec, policy, **dict(ray or {}))
     from actorq.actors.pool import ActorPool
 
-    return ActorPool(**kwargs, writer=writer, collection=collection)
+    return ActorPool(spec, policy, writer=writer)

@@ -1,11 +1,11 @@
 """What the local actor pool (:class:`~actorq.actors.pool.ActorPool`) and the Ray actor pool
-(:class:`~actorq.actors.ray_pool.RayActorPool`) share: their arguments,
+(:class:`~actorq.actors.ray_pool.RayActorPool`) share: the :class:`ActorSpec` they collect,
 the worker env, the frame budget and the restart policy.
 
 Example:
     >>> from torch import nn
-    >>> pool = ActorPoolBase("CartPole-v1", nn.Linear(4, 2), num_workers=2, frames_per_batch=100,
-    ...                      total_frames=1_000, max_restarts=1)
+    >>> spec = ActorSpec("CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=1_000, max_restarts=1)
+    >>> pool = ActorPoolBase(spec, nn.Linear(4, 2))
     >>> len(pool), pool.can_restart  # batches in the run; a failed worker may restart
     (10, True)
     >>> pool.restarts = 1
@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 from tensordict.nn import TensorDictModule
@@ -75,79 +76,118 @@ def check_frames_done(frames_done: int, total_frames: int) -> None:
         raise ValueError(f"frames_done must be in [0, total_frames={total_frames}), got {frames_done}")
 
 
+@dataclass(frozen=True)
+class ActorSpec:
+    """What an actor pool collects, whatever its backend: the ``actors`` config group's shared
+    keys (checked with the run config, :mod:`actorq.run.checks`), plus what the experience
+    pipeline adds at the start (the env, the seed, the frames a resumed run already has).
+
+    Args:
+        env_name: environment for :func:`actorq.envs.make_env`.
+        num_workers: actor processes (or Ray actors).
+        frames_per_batch: env steps per batch of one worker (all its envs together).
+        total_frames: stop after this many env steps in total.
+        envs_per_worker: environments stepped in lock-step inside each worker.
+        init_random_frames: the first frames use uniformly random actions.
+        seed: base seed; worker ``i`` gets a distinct derived seed, and env ``j`` of a
+            worker the ``j``-th seed of TorchRL's chain from it.
+        library: the environment suite (``env.library``); ``None`` looks the name up.
+        lean_envs: step each worker's envs through the lean batched env
+            (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
+            TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
+        restart_on_failure: restart the workers when one fails (else raise at once).
+        max_restarts: restarts allowed in one run; the next failure raises.
+        frames_done: frames a resumed run collected before its checkpoint: the workers
+            collect only ``total_frames - frames_done`` more (random actions only for what
+            is left of ``init_random_frames``), while ``len()`` still counts the batches of
+            the whole run, as the resumed trainer's batch counters do.
+        env_modules: modules each worker imports before it builds its envs (``env.module``:
+            those registering a suite of one's own).
+        collection: ``"async"`` or ``"lockstep"`` (:data:`COLLECTIONS`).
+
+    Example:
+        >>> spec = ActorSpec("CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=1_000,
+        ...                  collection="lockstep")
+        >>> spec.batch_frames  # a lock-step round: one batch of every worker
+        200
+    """
+
+    env_name: str
+    num_workers: int = 1
+    frames_per_batch: int = 256
+    total_frames: int = 50_000
+    envs_per_worker: int = 1
+    init_random_frames: int = 0
+    seed: int = 0
+    library: str | None = None
+    lean_envs: bool = True
+    restart_on_failure: bool = True
+    max_restarts: int = 3
+    frames_done: int = 0
+    env_modules: tuple[str, ...] = ()
+    collection: str = "async"
+
+    def __post_init__(self):
+        check_frames_done(self.frames_done, self.total_frames)
+        if self.collection not in COLLECTIONS:
+            raise ValueError(f"collection must be one of {list(COLLECTIONS)}, got {self.collection!r}")
+        object.__setattr__(self, "env_modules", tuple(self.env_modules))
+
+    @property
+    def batch_frames(self) -> int:
+        """Frames in each batch a pool yields: one worker's batch, or in lock-step collection
+        one round of every worker's (local processes; Ray actors hand a round over one batch
+        at a time)."""
+        return self.frames_per_batch * (self.num_workers if self.collection == "lockstep" else 1)
+
+    def worker_env(self) -> partial:
+        """Builds one worker's envs (:func:`make_worker_env`), in the worker's process."""
+        return partial(make_worker_env, self.env_name, self.envs_per_worker, self.seed, self.library,
+                       self.lean_envs, self.env_modules)
+
+
 class ActorPoolBase:
-    """The base of the actor pools: the arguments every pool takes, the worker env
-    they describe, the frame budget and the restart policy; see :class:`~actorq.actors.pool.ActorPool` for
-    each argument.
+    """The base of the actor pools: the :class:`ActorSpec` every pool collects, the worker env
+    it describes, the frame budget and the restart policy.
+
+    Args:
+        spec: what the pool collects.
+        policy: the actor-side policy; a copy lives in every worker.
 
     Attributes:
+        spec: the :class:`ActorSpec`.
         frames: frames yielded so far, counting a resumed run's ``frames_done``.
         restarts: how many times workers were restarted after a failure.
     """
 
-    def __init__(
-        self,
-        env_name: str,
-        policy: nn.Module,
-        num_workers: int,
-        frames_per_batch: int,
-        total_frames: int,
-        envs_per_worker: int = 1,
-        init_random_frames: int = 0,
-        seed: int = 0,
-        library: str | None = None,
-        lean_envs: bool = True,
-        restart_on_failure: bool = True,
-        max_restarts: int = 3,
-        frames_done: int = 0,
-        env_modules: tuple[str, ...] = (),
-        collection: str = "async",
-    ):
-        check_frames_done(frames_done, total_frames)
-        if collection not in COLLECTIONS:
-            raise ValueError(f"collection must be one of {list(COLLECTIONS)}, got {collection!r}")
-        self.collection = collection
+    def __init__(self, spec: ActorSpec, policy: nn.Module):
+        self.spec = spec
         # TorchRL syncs a TensorDictModule's weights; our policy is its ``module``. It writes
         # what the learner asked the actors to record beside the action.
         records = tuple(getattr(policy, "records", ()))
         self.policy = TensorDictModule(policy, in_keys=[OBSERVATION], out_keys=["action", *records])
-        self.env_fn = partial(make_worker_env, env_name, envs_per_worker, seed, library, lean_envs,
-                              tuple(env_modules))
-        self.num_workers = num_workers
-        self.frames_per_batch = frames_per_batch
-        self.total_frames = total_frames
-        self.init_random_frames = init_random_frames
-        self.seed = seed
-        self.frames_done = frames_done
-        self.restart_on_failure = restart_on_failure
-        self.max_restarts = max_restarts
-        self.frames = frames_done
+        self.env_fn = spec.worker_env()
+        self.frames = spec.frames_done
         self.restarts = 0
         self._weights = None  # the last pushed, for restarts
 
     def __len__(self) -> int:
-        return -(-self.total_frames // self.batch_frames)
-
-    @property
-    def batch_frames(self) -> int:
-        """Frames in each batch the iteration yields: one worker's batch, or in lock-step
-        collection one round of every worker's."""
-        return self.frames_per_batch * (self.num_workers if self.collection == "lockstep" else 1)
+        return -(-self.spec.total_frames // self.spec.batch_frames)
 
     @property
     def restart_seed(self) -> int:
         """The base seed of the workers started now (a restart's differ from the last ones)."""
-        return self.seed + RESTART_SEED_STRIDE * self.restarts
+        return self.spec.seed + RESTART_SEED_STRIDE * self.restarts
 
     @property
     def can_restart(self) -> bool:
         """Whether a failed worker may be restarted now."""
-        return self.restart_on_failure and self.restarts < self.max_restarts
+        return self.spec.restart_on_failure and self.restarts < self.spec.max_restarts
 
     def refuse_restart(self, worker: int, cause: str) -> None:
         """Raises :class:`ActorWorkerError` for ``worker`` unless a restart is allowed now."""
-        if not self.restart_on_failure:
+        if not self.spec.restart_on_failure:
             raise ActorWorkerError(worker, cause, " (actors.restart_on_failure=false)") from None
-        if self.restarts >= self.max_restarts:
+        if self.restarts >= self.spec.max_restarts:
             raise ActorWorkerError(worker, cause,
-                                   f" (after {self.restarts} restarts; actors.max_restarts={self.max_restarts})") from None
+                                   f" (after {self.restarts} restarts; actors.max_restarts={self.spec.max_restarts})") from None

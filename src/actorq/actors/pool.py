@@ -6,9 +6,10 @@ Example:
     >>> from actorq.actors.policy import ExplorationPolicy
     >>> from actorq.envs import EnvSpec
     >>> from actorq.algos.networks import QNetwork
-    >>> spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
-    >>> policy = ExplorationPolicy(QNetwork(spec, (16,)), spec, noise_scale=0.1)
-    >>> pool = ActorPool("CartPole-v1", policy, num_workers=1, frames_per_batch=100, total_frames=300)
+    >>> from actorq.actors.base import ActorSpec
+    >>> env_spec = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+    >>> policy = ExplorationPolicy(QNetwork(env_spec, (16,)), env_spec, noise_scale=0.1)
+    >>> pool = ActorPool(ActorSpec("CartPole-v1", num_workers=1, frames_per_batch=100, total_frames=300), policy)
     >>> try:
     ...     shapes = [tuple(batch.shape) for batch in pool]  # one TensorDict of steps per batch
     ...     pool.push(policy)  # copies the policy's parameters and buffers into every worker
@@ -41,7 +42,7 @@ from torch import nn
 from torchrl.collectors import Collector
 
 from actorq.actors import torchrl_adapter as adapter
-from actorq.actors.base import ActorPoolBase
+from actorq.actors.base import ActorPoolBase, ActorSpec
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.processes import forked_workers, in_environment
 from actorq.actors.rollout import LeanCollector
@@ -161,8 +162,8 @@ class _Collector(adapter.HandOverCollector):
                  **kwargs):
         self.produced, self.errors = produced, errors  # first: a failed start shuts down
         super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors, lean_rollout), **kwargs)
-        self.accounted = [0] * self.num_workers  # produced[w] when w's last batch arrived
-        self.received_frames = [0] * self.num_workers
+        self.accounted = [0] * self.spec.num_workers  # produced[w] when w's last batch arrived
+        self.received_frames = [0] * self.spec.num_workers
         self.dropped_frames = 0
         self.causes: dict[int, str] = {}
 
@@ -246,7 +247,7 @@ class _Collector(adapter.HandOverCollector):
 
     def in_flight_frames(self) -> int:
         """Frames the workers collected that have not arrived (lost if the pool stops now)."""
-        return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.num_workers))
+        return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.spec.num_workers))
 
     def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
         try:
@@ -359,40 +360,21 @@ class ActorPool(ActorPoolBase):
     ``max_restarts`` times; otherwise, or beyond that, it stops its workers and raises
     :class:`ActorWorkerError` naming the worker and the cause.
 
+    With ``spec.collection == "lockstep"`` the pool collects rounds instead: every worker
+    collects one batch with the weights pushed last, the iteration yields the round as one
+    batch ``[envs, T]``, and the next round starts when the next batch is asked for, after
+    the learner trained and pushed. A worker that fails mid-round loses the round (counted in
+    :attr:`dropped_frames`).
+
     Args:
-        env_name: environment for :func:`actorq.envs.make_env`.
+        spec: what to collect (:class:`~actorq.actors.base.ActorSpec`).
         policy: the actor-side policy; a copy lives in every worker.
-        num_workers: number of actor processes.
-        envs_per_worker: environments stepped in lock-step inside each worker.
-        frames_per_batch: env steps per yielded batch (all envs of one worker together).
-        total_frames: stop after this many env steps in total.
-        init_random_frames: the first frames use uniformly random actions.
-        seed: base seed; worker ``i`` gets a distinct derived seed, and env ``j`` of a
-            worker the ``j``-th seed of TorchRL's chain from it.
-        library: the environment suite (``env.library``); ``None`` looks the name up.
-        env_modules: modules each worker imports before it builds its envs (``env.module``:
-            those registering a suite of one's own).
         writer: when given, each worker writes its batches through it (an
             :class:`~actorq.data.writer.TransitionWriter` over a shared replay) and
             iteration yields :data:`WRITTEN` for each batch written, until ``total_frames``
             frames have been written.
-        lean_envs: step each worker's envs through the lean batched env
-            (:mod:`actorq.envs.batched`) where the suite supports it; ``False`` keeps the
-            TorchRL transform stack (a ``SerialEnv`` for several envs per worker).
         lean_rollout: collect from a lean batched env with the lean rollout
             (:class:`~actorq.actors.rollout.LeanCollector`); ``False`` keeps TorchRL's.
-        frames_done: frames a resumed run collected before its checkpoint: the workers
-            collect only ``total_frames - frames_done`` more (random actions only for what
-            is left of ``init_random_frames``), while ``len()`` still counts the batches of
-            the whole run, as the resumed trainer's batch counters do.
-        restart_on_failure: restart the workers when one fails (else raise at once).
-        max_restarts: restarts allowed in one run; the next failure raises.
-        collection: ``"async"`` (each worker collects its next batch while the learner
-            trains) or ``"lockstep"`` (rounds: every worker collects one batch with the
-            weights pushed last, the iteration yields the round as one batch ``[envs, T]``,
-            and the next round starts when the next batch is asked for, after the learner
-            trained and pushed). A worker that fails mid-round loses the round (counted in
-            :attr:`dropped_frames`).
 
     Attributes:
         frames: frames yielded so far (or, with a ``writer``, announced as written),
@@ -408,50 +390,30 @@ class ActorPool(ActorPoolBase):
         restarts: how many times the workers were restarted after a failure.
     """
 
-    def __init__(
-        self,
-        env_name: str,
-        policy: nn.Module,
-        num_workers: int,
-        frames_per_batch: int,
-        total_frames: int,
-        envs_per_worker: int = 1,
-        init_random_frames: int = 0,
-        seed: int = 0,
-        library: str | None = None,
-        writer: TransitionWriter | None = None,
-        lean_envs: bool = True,
-        restart_on_failure: bool = True,
-        max_restarts: int = 3,
-        frames_done: int = 0,
-        lean_rollout: bool = True,
-        env_modules: tuple[str, ...] = (),
-        collection: str = "async",
-    ):
-        super().__init__(env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
-                         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
-                         frames_done, env_modules, collection)
+    def __init__(self, spec: ActorSpec, policy: nn.Module, writer: TransitionWriter | None = None,
+                 lean_rollout: bool = True):
+        super().__init__(spec, policy)
         self.lean_rollout = lean_rollout
         self.writer = writer
         self._dropped_before = 0  # by collectors that were replaced
         self._collected_before = 0  # by collectors that were replaced
         self._unused_before = 0  # saved at a restart but past the budget
         self._receiver: _Receiver | None = None
-        self.collector = self._start(total_frames - frames_done)
+        self.collector = self._start(spec.total_frames - spec.frames_done)
 
     def _start(self, total_frames: int) -> _Collector:
         context = multiprocessing.get_context("spawn")
         env_fn = partial(in_environment, dict(os.environ), self.env_fn)
         with forked_workers():
             collector = _Collector(
-                [env_fn] * self.num_workers,
+                [env_fn] * self.spec.num_workers,
                 self.policy,
-                frames_per_batch=self.frames_per_batch,
+                frames_per_batch=self.spec.frames_per_batch,
                 total_frames=total_frames,
-                init_random_frames=max(0, self.init_random_frames - self.frames),
+                init_random_frames=max(0, self.spec.init_random_frames - self.frames),
                 split_trajs=False,
                 replay_buffer=self.writer,
-                produced=torch.zeros(self.num_workers, dtype=torch.int64).share_memory_(),
+                produced=torch.zeros(self.spec.num_workers, dtype=torch.int64).share_memory_(),
                 errors=context.Queue(),
                 lean_rollout=self.lean_rollout,
             )
@@ -479,7 +441,7 @@ class ActorPool(ActorPoolBase):
 
     def _receive(self) -> _Receiver:
         self._close_receiver()
-        self._receiver = _Receiver(iter(self.collector), depth=self.num_workers)
+        self._receiver = _Receiver(iter(self.collector), depth=self.spec.num_workers)
         return self._receiver
 
     def _close_receiver(self) -> None:
@@ -488,7 +450,7 @@ class ActorPool(ActorPoolBase):
             self._receiver = None
 
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
-        if self.collection == "lockstep":
+        if self.spec.collection == "lockstep":
             yield from self._lockstep()
             return
         batches = self._receive()
@@ -504,12 +466,12 @@ class ActorPool(ActorPoolBase):
                 saved = self._recover(failure)  # restarts the workers (or raises)
                 batches = self._receive()
                 for batch in saved:  # what the old workers had collected, before any new batch
-                    if self.frames >= self.total_frames:
+                    if self.frames >= self.spec.total_frames:
                         self._unused_before += batch.numel()  # past the budget, as at a normal end
                         continue
                     self.frames += batch.numel()
                     yield batch
-                if self.writer is None and self.frames >= self.total_frames:
+                if self.writer is None and self.frames >= self.spec.total_frames:
                     return
                 continue
             if batch is not None:
@@ -517,18 +479,18 @@ class ActorPool(ActorPoolBase):
                 yield batch
             else:
                 # Written by a worker: the frame budget counts what was written.
-                self.frames += self.frames_per_batch
-                last = self.writer.write_count >= self.total_frames - self.frames_done  # written since the resume
+                self.frames += self.spec.frames_per_batch
+                last = self.writer.write_count >= self.spec.total_frames - self.spec.frames_done  # written since the resume
                 yield WRITTEN
                 if last:
                     return
-            if self.frames >= self.total_frames and self.writer is None:
+            if self.frames >= self.spec.total_frames and self.writer is None:
                 return
 
     def _lockstep(self) -> Iterator[TensorDictBase | Written]:
         """Rounds of every worker's batch, each yielded as one batch (:meth:`__iter__`)."""
         rounds = self.collector.rounds()
-        while self.frames < self.total_frames:
+        while self.frames < self.spec.total_frames:
             try:
                 batches = next(rounds)
             except StopIteration:
@@ -541,7 +503,7 @@ class ActorPool(ActorPoolBase):
                 self._dropped_before += sum(batch.numel() for batch in saved)  # a round is whole or lost
                 rounds = self.collector.rounds()
                 continue
-            self.frames += self.batch_frames
+            self.frames += self.spec.batch_frames
             yield WRITTEN if self.writer is not None else merge_round(batches)
 
     def _recover(self, failure: _WorkerFailed) -> list[TensorDictBase]:
@@ -556,8 +518,8 @@ class ActorPool(ActorPoolBase):
         restart = self.can_restart
         if restart:  # said now: taking the others' batches and stopping the old workers takes seconds
             log.warning("actor worker %d failed (%s); restarting the %d actor workers with the current "
-                        "weights (restart %d of at most %d)", failure.worker, failure.cause, self.num_workers,
-                        self.restarts + 1, self.max_restarts)
+                        "weights (restart %d of at most %d)", failure.worker, failure.cause, self.spec.num_workers,
+                        self.restarts + 1, self.spec.max_restarts)
         saved = [failure.batch] if failure.batch is not None else []
         if restart and self.writer is None:  # a worker writing itself stored its batches already
             saved += old.drain(failure)
@@ -570,12 +532,12 @@ class ActorPool(ActorPoolBase):
         self._collected_before += int(old.produced.sum())
         self.refuse_restart(failure.worker, failure.cause)
         if self.writer is not None:
-            remaining = self.total_frames - self.frames_done - self.writer.write_count
+            remaining = self.spec.total_frames - self.spec.frames_done - self.writer.write_count
         else:
-            remaining = self.total_frames - self.frames - sum(batch.numel() for batch in saved)
+            remaining = self.spec.total_frames - self.frames - sum(batch.numel() for batch in saved)
         self.restarts += 1
         try:
-            self._start(max(remaining, self.frames_per_batch))
+            self._start(max(remaining, self.spec.frames_per_batch))
         except _WorkerFailed as again:  # a fresh worker died before it took the weights
             saved += self._recover(again)
         return saved

@@ -3,7 +3,7 @@ worker env and policy as a local actor process (``actors.backend=ray``, extra ``
 
 The learner keeps ``requests_in_flight`` batch requests queued at each actor, so an actor
 starts its next batch the moment it hands one over, and takes whichever batch is ready
-first: a slow actor never stalls the others (``sync=True``: lock-step rounds, one batch of
+first: a slow actor never stalls the others (``collection="lockstep"``: lock-step rounds, one batch of
 every actor, each round as slow as its slowest actor). A broadcast puts the policy's
 parameters and buffers (for an int8 actor policy: the int8 payload) in Ray's object store
 once and queues a load of them at every actor, behind the batches already asked of it; the
@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.base import ActorPoolBase, ActorWorkerError
+from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError
 from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
 from actorq.util.errors import ConfigError
@@ -70,18 +70,17 @@ class RayActorPool(ActorPoolBase):
     as :class:`~actorq.actors.pool.ActorPool` (iteration, :meth:`push`, frame accounting).
 
     Args:
-        env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
-        init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
-        frames_done, env_modules: as for :class:`~actorq.actors.pool.ActorPool`.
+        spec: what to collect (:class:`~actorq.actors.base.ActorSpec`). Its ``collection``:
+            ``"lockstep"`` rounds wait for a batch from every actor before any actor is asked
+            for its next (the slowest actor sets the pace), and hand the round's batches over
+            one at a time; ``"async"`` hands the learner whichever batch is ready first.
+        policy: the actor-side policy; a copy lives in every actor.
         address: the Ray cluster: ``"local"`` starts one on this machine for the run,
             ``"auto"`` joins the one ``ray start`` runs here, else a cluster's address.
         num_cpus: CPUs Ray reserves for each actor.
         resources: custom Ray resources each actor needs (e.g. ``{"actor_node": 1}`` to
             place the actors on the nodes started with that resource).
         ready_timeout_s: how long to wait for every actor to be placed and built.
-        sync: lock-step collection: each round waits for a batch from every actor before
-            any actor is asked for its next (the slowest actor sets the pace); ``False``
-            hands the learner whichever batch is ready first.
         requests_in_flight: batch requests queued at each actor in asynchronous collection
             (RLlib's ``max_requests_in_flight``): with 1 an actor idles for a round trip
             between batches; with more, pushed weights reach an actor that many batches
@@ -97,38 +96,23 @@ class RayActorPool(ActorPoolBase):
 
     def __init__(
         self,
-        env_name: str,
+        spec: ActorSpec,
         policy: nn.Module,
-        num_workers: int,
-        frames_per_batch: int,
-        total_frames: int,
-        envs_per_worker: int = 1,
-        init_random_frames: int = 0,
-        seed: int = 0,
-        library: str | None = None,
-        lean_envs: bool = True,
-        restart_on_failure: bool = True,
-        max_restarts: int = 3,
-        frames_done: int = 0,
         address: str = "local",
         num_cpus: float = 1,
         resources: dict[str, float] | None = None,
         ready_timeout_s: float = 300.0,
-        sync: bool = False,
         requests_in_flight: int = 2,
-        env_modules: tuple[str, ...] = (),
     ):
-        super().__init__(env_name, policy, num_workers, frames_per_batch, total_frames, envs_per_worker,
-                         init_random_frames, seed, library, lean_envs, restart_on_failure, max_restarts,
-                         frames_done, env_modules)
+        super().__init__(spec, policy)
         self.ray = import_ray()
-        self.sync = sync
-        self.requests_in_flight = 1 if sync else requests_in_flight
+        self.sync = spec.collection == "lockstep"
+        self.requests_in_flight = 1 if self.sync else requests_in_flight
         self.collected_frames = 0
         self.dropped_frames = 0
         self.unused_frames = 0
         self.broadcast_bytes = 0
-        self._requested = frames_done  # frames asked of the actors, counting those done
+        self._requested = spec.frames_done  # frames asked of the actors, counting those done
         # self._weights (ActorPoolBase): the object ref of the last pushed weights, for restarts
         self._loads: list[tuple[int, Any]] = []  # (actor, load call) of the last push
         self._owns_ray = not self.ray.is_initialized()
@@ -136,7 +120,7 @@ class RayActorPool(ActorPoolBase):
             local = {"include_dashboard": False} if address == "local" else {}
             self.ray.init(address=address, logging_level=logging.WARNING, **local)
         self._remote = self.ray.remote(RolloutWorker).options(num_cpus=num_cpus, resources=dict(resources or {}))
-        self.workers = [self._start(index) for index in range(num_workers)]
+        self.workers = [self._start(index) for index in range(spec.num_workers)]
         self._pending: dict[Any, tuple[int, bool]] = {}  # batch request -> (actor, random actions)
         try:
             self._wait_until_placed(num_cpus, dict(resources or {}), ready_timeout_s)
@@ -158,15 +142,18 @@ class RayActorPool(ActorPoolBase):
         self.ray.get(done)  # raises what an actor's constructor raised
 
     def _start(self, index: int):
-        worker = self._remote.remote(self.env_fn, self.policy, self.frames_per_batch,
+        worker = self._remote.remote(self.env_fn, self.policy, self.spec.frames_per_batch,
                                      self.restart_seed + 7919 * index, index)
         if self._weights is not None:
             worker.load.remote(self._weights)  # runs before any batch request: actor calls are in order
         return worker
 
+    def __len__(self) -> int:
+        return -(-self.spec.total_frames // self.spec.frames_per_batch)  # a round's batches one at a time
+
     def __iter__(self) -> Iterator[TensorDictBase]:
         for _ in range(self.requests_in_flight):
-            for index in range(self.num_workers):
+            for index in range(self.spec.num_workers):
                 self._request(index)
         while self._pending:
             if self.sync:  # lock-step: the whole round arrives before any actor is asked again
@@ -186,10 +173,10 @@ class RayActorPool(ActorPoolBase):
     def _request(self, index: int) -> None:
         """Asks actor ``index`` for its next batch, unless the batches asked for already
         cover the frame budget."""
-        if self._requested >= self.total_frames:
+        if self._requested >= self.spec.total_frames:
             return
-        random_actions = self._requested < self.init_random_frames
-        self._requested += self.frames_per_batch
+        random_actions = self._requested < self.spec.init_random_frames
+        self._requested += self.spec.frames_per_batch
         self._pending[self.workers[index].next_batch.remote(random_actions)] = (index, random_actions)
 
     def _collect(self, request, index: int, random_actions: bool) -> TensorDictBase:
@@ -224,7 +211,7 @@ class RayActorPool(ActorPoolBase):
         self.refuse_restart(index, cause)
         self.restarts += 1
         log.warning("actor worker %d failed (%s); restarting it with the current weights (restart %d of at "
-                    "most %d)", index, cause, self.restarts, self.max_restarts)
+                    "most %d)", index, cause, self.restarts, self.spec.max_restarts)
         self.workers[index] = self._start(index)
 
     def push(self, policy: nn.Module) -> None:

@@ -44,6 +44,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.pool import ActorPool
 from actorq.actors.ray_pool import RayActorPool, import_ray
 from actorq.bench._table import report, write_json
@@ -58,7 +59,7 @@ TARGET_INT8_BYTES = 0.26
 TARGET_INT8_LATENCY = 0.5
 BACKENDS = {"process": ActorPool, "ray": RayActorPool}
 SLOW_TIMES = 100  # a heavy-tail env's slow step, in usual steps
-LOCKSTEP_SCHEMES = {"sync": {"sync": True}, "async_1_in_flight": {"requests_in_flight": 1},
+LOCKSTEP_SCHEMES = {"sync": {"requests_in_flight": 1}, "async_1_in_flight": {"requests_in_flight": 1},
                     "async": {"requests_in_flight": 2}}
 
 
@@ -103,9 +104,11 @@ def lockstep_rows(worker_counts: Sequence[int], envs_per_worker: Sequence[int], 
                 rates, cpu = {}, {}
                 for scheme, options in LOCKSTEP_SCHEMES.items():
                     batch = steps_per_batch * envs
-                    pool = RayActorPool(heavy_tail_name(step_ms, SLOW_TIMES * step_ms), ZeroPolicy(), num_workers=workers, envs_per_worker=envs,
-                                        frames_per_batch=batch, total_frames=batch * batches_per_worker * workers,
-                                        library=HeavyTailSuite.name, num_cpus=0, **options)
+                    spec = ActorSpec(heavy_tail_name(step_ms, SLOW_TIMES * step_ms), num_workers=workers,
+                                     envs_per_worker=envs, frames_per_batch=batch,
+                                     total_frames=batch * batches_per_worker * workers, library=HeavyTailSuite.name,
+                                     collection="lockstep" if scheme == "sync" else "async")
+                    pool = RayActorPool(spec, ZeroPolicy(), num_cpus=0, **options)
                     try:
                         psutil.cpu_percent()
                         start = time.perf_counter()
@@ -140,7 +143,7 @@ def broadcast_rows(env_name: str, workers: int, width: int, pushes: int) -> list
                 "int8 static": actor_policy(env_name, width, QuantSpec(bits=8, mode="static"))}
     rows = []
     for name, policy in policies.items():
-        pool = RayActorPool(env_name, policy, num_workers=workers, frames_per_batch=64, total_frames=64)
+        pool = RayActorPool(ActorSpec(env_name, num_workers=workers, frames_per_batch=64, total_frames=64), policy)
         try:
             latency = push_latency_ms(pool, policy, pushes)
             rows.append({"policy": f"{width}x3", "precision": name, "bytes": pool.broadcast_bytes,

@@ -19,10 +19,10 @@ callbacks reach it as ``trainer.datamodule``. The one way new weights reach the 
 
 Example:
     >>> from functools import partial
-    >>> from actorq.actors.pool import ActorPool
+    >>> from actorq.actors import actor_pool
     >>> from actorq.run.clock import FrameClock
     >>> from actorq.data.replay import make_replay
-    >>> experience = Experience("CartPole-v1", make_actors=partial(ActorPool, num_workers=1,
+    >>> experience = Experience("CartPole-v1", make_actors=partial(actor_pool, num_workers=1,
     ...                         frames_per_batch=100, total_frames=1000),
     ...                         make_replay=partial(make_replay, capacity=10_000),
     ...                         actor_policy=None, clock=FrameClock(lambda frames: 0.1),
