@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from actorq.util.choice import MARGIN, fastest
 from actorq.quant import _ao
 from actorq.quant.codecs import full_precision, registered
 from actorq.quant.fidelity import action_error
@@ -82,7 +83,7 @@ def candidate_specs(spec: QuantSpec) -> dict[str, QuantSpec]:
 
 
 def choose(
-    timings_us: dict[str, float], action_errors: dict[str, float], tolerance: float, margin: float = 0.05
+    timings_us: dict[str, float], action_errors: dict[str, float], tolerance: float, margin: float = MARGIN
 ) -> str:
     """The fastest candidate within ``tolerance``, if it beats fp32 by ``margin``; else fp32.
 
@@ -92,11 +93,8 @@ def choose(
         >>> choose({"fp32": 100.0, "int8_static": 98.0}, {"fp32": 0.0, "int8_static": 0.0}, 0.05)
         'fp32'
     """
-    faithful = [name for name in timings_us if action_errors.get(name, 0.0) <= tolerance]
-    fastest = min(faithful, key=timings_us.__getitem__, default=REFERENCE)
-    if timings_us[fastest] <= (1.0 - margin) * timings_us[REFERENCE]:
-        return fastest
-    return REFERENCE
+    faithful = {name: time for name, time in timings_us.items() if action_errors.get(name, 0.0) <= tolerance}
+    return fastest({**faithful, REFERENCE: timings_us[REFERENCE]}, REFERENCE, margin)
 
 
 def select_precision(
@@ -107,7 +105,7 @@ def select_precision(
     discrete: bool = False,
     iterations: int = 300,
     rounds: int = 3,
-    margin: float = 0.05,
+    margin: float = MARGIN,
 ) -> PrecisionChoice:
     """Times every candidate precision on one thread and picks one (see :func:`choose`).
 

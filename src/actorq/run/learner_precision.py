@@ -42,6 +42,7 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from tensordict import TensorDict
 
+from actorq.util.choice import MARGIN, fastest
 from actorq.util.atomic import write_text_atomically
 from actorq.run.checks import AUTO
 from actorq.run.parallel import launched_rank
@@ -83,7 +84,7 @@ class LearnerPrecision:
         return dataclasses.asdict(self)
 
 
-def choose(timings_ms: dict[str, float], margin: float = 0.05) -> tuple[str, str]:
+def choose(timings_ms: dict[str, float], margin: float = MARGIN) -> tuple[str, str]:
     """``(precision, reason)``: ``bf16-mixed`` if its update is faster than ``32-true``'s by
     ``margin``, else ``32-true`` (full precision where bf16 gains little or nothing).
 
@@ -94,7 +95,7 @@ def choose(timings_ms: dict[str, float], margin: float = 0.05) -> tuple[str, str
         ('32-true', '32-true 10 ms/update vs bf16-mixed 9.8 ms (within 5%: full precision kept)')
     """
     fp32, bf16 = timings_ms[FP32], timings_ms[BF16]
-    if bf16 <= (1.0 - margin) * fp32:
+    if fastest(timings_ms, FP32, margin) == BF16:
         return BF16, f"{BF16} {bf16:.3g} ms/update vs {FP32} {fp32:.3g} ms ({fp32 / bf16:.2f}x faster)"
     if bf16 < fp32:
         return FP32, f"{FP32} {fp32:.3g} ms/update vs {BF16} {bf16:.3g} ms (within {margin:.0%}: full precision kept)"
