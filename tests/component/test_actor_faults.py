@@ -170,14 +170,15 @@ def test_a_restart_keeps_the_batches_the_other_workers_collected(no_stray_worker
 DEAD_WORKER_PUSH = """
 import os, signal
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.pool import ActorPool
 from tests.component.fault_envs import ConstantAction
 
 
 def test_push_to_a_dead_worker():
     policy = ConstantAction(1.0)
-    pool = ActorPool("count", policy, num_workers=2, frames_per_batch=50, total_frames=10_000,
-                     library="faults", restart_on_failure=False)
+    pool = ActorPool(ActorSpec("count", num_workers=2, frames_per_batch=50, total_frames=10_000,
+                               library="faults", restart_on_failure=False), policy)
     next(iter(pool))
     print("WORKERS", *[process.pid for process in pool.collector.procs], flush=True)
     process = pool.collector.procs[1]

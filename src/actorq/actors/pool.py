@@ -162,8 +162,8 @@ class _Collector(adapter.HandOverCollector):
                  **kwargs):
         self.produced, self.errors = produced, errors  # first: a failed start shuts down
         super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors, lean_rollout), **kwargs)
-        self.accounted = [0] * self.spec.num_workers  # produced[w] when w's last batch arrived
-        self.received_frames = [0] * self.spec.num_workers
+        self.accounted = [0] * self.num_workers  # produced[w] when w's last batch arrived
+        self.received_frames = [0] * self.num_workers
         self.dropped_frames = 0
         self.causes: dict[int, str] = {}
 
@@ -247,7 +247,7 @@ class _Collector(adapter.HandOverCollector):
 
     def in_flight_frames(self) -> int:
         """Frames the workers collected that have not arrived (lost if the pool stops now)."""
-        return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.spec.num_workers))
+        return sum(int(self.produced[w]) - self.accounted[w] for w in range(self.num_workers))
 
     def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
         try:
