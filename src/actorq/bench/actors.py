@@ -37,12 +37,14 @@ Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from actorq.actors.base import ActorSpec
 from actorq.actors.policy import ExplorationPolicy
 from actorq.actors.pool import ActorPool
 from actorq.bench._table import report
@@ -81,10 +83,15 @@ def actor_policy(env_name: str, width: int, quant: QuantSpec | None, seed: int =
 def frames_per_s(env_name: str, policy, workers: int, frames_per_batch: int, batches: int,
                  envs_per_worker: int = 1, pool_class=ActorPool, **pool_options) -> float:
     """Drains ``batches`` batches (after one warm-up batch per worker) of a ``pool_class``
-    pool (local processes, or Ray actors; ``pool_options`` go to it) and returns frames/s."""
+    pool (local processes, or Ray actors) and returns frames/s. ``pool_options`` are fields of
+    its :class:`~actorq.actors.base.ActorSpec` (``lean_envs``, ``library``) or the pool's own
+    arguments (``lean_rollout``, a Ray pool's ``num_cpus``)."""
     total = frames_per_batch * (batches + workers)
-    pool = pool_class(env_name, policy, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total,
-                      envs_per_worker=envs_per_worker, **pool_options)
+    spec_fields = {field.name for field in dataclasses.fields(ActorSpec)}
+    spec = ActorSpec(env_name, num_workers=workers, frames_per_batch=frames_per_batch, total_frames=total,
+                     envs_per_worker=envs_per_worker,
+                     **{key: value for key, value in pool_options.items() if key in spec_fields})
+    pool = pool_class(spec, policy, **{key: value for key, value in pool_options.items() if key not in spec_fields})
     try:
         start, frames = None, 0
         for index, batch in enumerate(pool):
