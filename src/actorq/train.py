@@ -97,8 +97,8 @@ def check_declared_needs(learner) -> None:
 def resolve_collection(cfg: DictConfig, learner) -> None:
     """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
     collected with the policy it just published), asynchronous collection for an off-policy
-    one. An on-policy run takes no random first frames (they have no log-probability) and one
-    learner rank."""
+    one. An on-policy run takes no random first frames (they have no log-probability), one
+    learner rank, and a learner precision named, not timed."""
     if cfg.actors.get("collection", "auto") == "auto":
         cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
     if learner.experience_kind != "rollout":
@@ -109,6 +109,9 @@ def resolve_collection(cfg: DictConfig, learner) -> None:
                           f"(got {cfg.actors.init_random_frames}; random actions have no log-probability)")
     if cfg.trainer.get("devices", 1) != 1:
         raise ConfigError(f"{name} is an on-policy learner: one learner rank only (trainer.devices=1)")
+    if cfg.trainer.get("precision") == "auto":
+        raise ConfigError(f"trainer.precision=auto times off-policy updates; {name} is on-policy: "
+                          "set trainer.precision=32-true or bf16-mixed")
 
 
 def train(cfg: DictConfig) -> tuple[dict, dict]:

@@ -140,3 +140,24 @@ def test_a_round_of_workers_is_one_batch_of_all_their_envs():
     one_env, three_envs = rollout((), 5, 0), rollout((3,), 5, 0)
     assert merge_round([one_env]).shape == (1, 5)
     assert merge_round([three_envs, one_env]).shape == (4, 5)
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"actors": {"init_random_frames": 100}}, "set actors.init_random_frames=0"),
+    ({"trainer": {"devices": 2}}, r"one learner rank only \(trainer.devices=1\)"),
+    ({"trainer": {"precision": "auto"}}, "trainer.precision=auto times off-policy updates"),
+])
+def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message):
+    from omegaconf import OmegaConf
+
+    from actorq.train import resolve_collection
+    from actorq.util.errors import ConfigError
+
+    cfg = OmegaConf.merge({"actors": {"collection": "auto", "init_random_frames": 0},
+                           "trainer": {"devices": 1, "precision": "32-true"}}, setting)
+    with pytest.raises(ConfigError, match=message):
+        resolve_collection(cfg, A2CLike(DISCRETE))
+    fine = OmegaConf.create({"actors": {"collection": "auto", "init_random_frames": 0},
+                             "trainer": {"devices": 1, "precision": "32-true"}})
+    resolve_collection(fine, A2CLike(DISCRETE))
+    assert fine.actors.collection == "lockstep"
