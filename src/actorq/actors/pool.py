@@ -460,10 +460,7 @@ class ActorPool(ActorPoolBase):
             except StopIteration:
                 return
             except Exception as error:
-                failure = _as_worker_failure(error, self.collector)
-                if failure is None:
-                    raise
-                saved = self._recover(failure)  # restarts the workers (or raises)
+                saved = self._recover_from(error)
                 batches = self._receive()
                 for batch in saved:  # what the old workers had collected, before any new batch
                     if self.frames >= self.spec.total_frames:
@@ -496,15 +493,21 @@ class ActorPool(ActorPoolBase):
             except StopIteration:
                 return
             except Exception as error:
-                failure = _as_worker_failure(error, self.collector)
-                if failure is None:
-                    raise
-                saved = self._recover(failure)  # restarts the workers (or raises)
+                saved = self._recover_from(error)
                 self._dropped_before += sum(batch.numel() for batch in saved)  # a round is whole or lost
                 rounds = self.collector.rounds()
                 continue
             self.frames += self.spec.batch_frames
             yield WRITTEN if self.writer is not None else merge_round(batches)
+
+    def _recover_from(self, error: Exception) -> list[TensorDictBase]:
+        """Restarts the workers after ``error`` if it reports a failed worker (or raises it,
+        or :class:`ActorWorkerError` when no restart is left); returns what :meth:`_recover`
+        saved."""
+        failure = _as_worker_failure(error, self.collector)
+        if failure is None:
+            raise error
+        return self._recover(failure)
 
     def _recover(self, failure: _WorkerFailed) -> list[TensorDictBase]:
         """Stops the failed collector and restarts it with the last pushed weights (or raises);
