@@ -129,7 +129,9 @@ def test_the_learner_sees_envs_by_steps_and_logs_how_many_versions_behind_the_ac
     learner.learn_from(Published())
     learner.learn(rollout((), 16, version=5), new_frames=16)  # one env: [T] -> [1, T]
     assert learner.seen[-1].shape == (1, 16) and learner.policy_lag == 0
-    learner.learn(rollout((3,), 16, version=3), new_frames=48)
+    mixed = rollout((3,), 16, version=5)
+    mixed["policy_version"][1, :4] = 3  # an env whose first steps ran an older version (asynchronous)
+    learner.learn(mixed, new_frames=48)
     assert learner.seen[-1].shape == (3, 16) and learner.log_values() == {"collect/policy_lag": 2.0}
     fields = rollout_fields(learner.seen[-1])
     assert fields["reward"].shape == fields["done"].shape == fields["log_prob"].shape == (3, 16)
