@@ -13,7 +13,7 @@ def test_help_is_actorqs_own(tmp_path):
     result = run_cli("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    assert out.startswith("actorq: train an off-policy RL agent")
+    assert out.startswith("actorq: train an RL agent")
     assert "powered by Hydra" not in out and "_target_" not in out  # no config dump
     assert "Usage:" in out and "+experiment=td3_pendulum_wide" not in out  # names, not overrides
     assert "td3_pendulum_wide" in out and "callbacks  default* | no_checkpoint;" in out

@@ -21,7 +21,7 @@ def app_help() -> tuple[str, dict[str, list[str]]]:
 
 def test_app_help_names_every_experiment_and_option(app_help):
     text, groups = app_help
-    assert text.startswith("actorq: train an off-policy RL agent")
+    assert text.startswith("actorq: train an RL agent")
     assert "is powered by Hydra" not in text and "$CONFIG" not in text  # no 150-line config dump
     for group in ("experiment", "env", "algo", "replay"):
         for option in groups[group]:
