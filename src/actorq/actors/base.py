@@ -135,15 +135,25 @@ class ActorSpec:
 
     @property
     def batch_frames(self) -> int:
-        """Frames in each batch a pool yields: one worker's batch, or in lock-step collection
-        one round of every worker's (local processes; Ray actors hand a round over one batch
-        at a time)."""
-        return self.frames_per_batch * (self.num_workers if self.collection == "lockstep" else 1)
+        """Frames in each batch a pool of local processes yields (:func:`batch_frames`)."""
+        return batch_frames(self.frames_per_batch, self.num_workers, self.collection)
 
     def worker_env(self) -> partial:
         """Builds one worker's envs (:func:`make_worker_env`), in the worker's process."""
         return partial(make_worker_env, self.env_name, self.envs_per_worker, self.seed, self.library,
                        self.lean_envs, self.env_modules)
+
+
+def batch_frames(frames_per_batch: int, num_workers: int, collection: str, backend: str = "process") -> int:
+    """Frames in each batch a pool yields: one worker's batch, or in lock-step collection of
+    local processes one round of every worker's (Ray actors hand a round over one batch at a
+    time).
+
+    >>> batch_frames(100, 4, "lockstep"), batch_frames(100, 4, "async"), batch_frames(100, 4, "lockstep", "ray")
+    (400, 100, 100)
+    """
+    rounds = collection == "lockstep" and backend == "process"
+    return frames_per_batch * (num_workers if rounds else 1)
 
 
 class ActorPoolBase:

@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError
+from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError, batch_frames
 from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
 from actorq.util.errors import ConfigError
@@ -149,7 +149,8 @@ class RayActorPool(ActorPoolBase):
         return worker
 
     def __len__(self) -> int:
-        return -(-self.spec.total_frames // self.spec.frames_per_batch)  # a round's batches one at a time
+        spec = self.spec
+        return -(-spec.total_frames // batch_frames(spec.frames_per_batch, spec.num_workers, spec.collection, "ray"))
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         for _ in range(self.requests_in_flight):

@@ -48,6 +48,7 @@ from actorq.envs import make_env
 from actorq.envs import make_batched_env
 from actorq.util.errors import ConfigError
 from actorq.run.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
+from actorq.actors.base import batch_frames
 from actorq.data.replay.base import ReplayBuffer
 from actorq.quant import payload_nbytes, quantize
 from actorq.data.writer import Arrivals, TransitionWriter, ended_episode_returns
@@ -141,7 +142,9 @@ class Experience(L.LightningDataModule):
         self.gamma = gamma
         self.planned_updates = planned_updates
         self.total_frames = int(make_actors.keywords["total_frames"])
-        self.frames_per_batch = _batch_frames(make_actors.keywords)
+        actors = make_actors.keywords
+        self.frames_per_batch = batch_frames(actors.get("frames_per_batch", 1), actors.get("num_workers", 1),
+                                             actors.get("collection", "async"), actors.get("backend", "process"))
         self.policy_version = 0
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
@@ -313,14 +316,6 @@ class Published:
     payload_bytes: int
     actor_network: nn.Module
     observations: torch.Tensor
-
-
-def _batch_frames(actors: dict[str, Any]) -> int:
-    """Frames of each batch an actor pool built with the ``actors`` keywords yields (Ray
-    actors hand over a lock-step round's batches one at a time)."""
-    rounds = actors.get("collection") == "lockstep" and actors.get("backend", "process") == "process"
-    workers = actors.get("num_workers", 1) if rounds else 1
-    return int(actors.get("frames_per_batch", 1)) * int(workers)
 
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:
