@@ -45,16 +45,17 @@ def load_module(name: str, source: str, **names) -> types.ModuleType:
     return module
 
 
-def attach_trainer(learner: L.LightningModule, total_frames: int = 10_000) -> L.Trainer:
+def attach_trainer(learner: L.LightningModule, total_frames: int = 10_000, **experience) -> L.Trainer:
     """Gives ``learner`` a real Trainer, optimizers and LR schedulers, so ``update`` can run
     outside ``fit``. The learner learns from a stand-in experience pipeline holding a
     :class:`RecordingReplay` (as its ``replay`` and its ``sampling``) and the run's
-    ``total_frames`` (what the learner reads from its experience pipeline)."""
+    ``total_frames`` (what the learner reads from its experience pipeline), and ``experience``'s
+    fields (e.g. an on-policy learner's ``frames_per_batch`` and ``policy_version``)."""
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     learner.trainer = trainer
     replay = RecordingReplay()
-    learner.learn_from(SimpleNamespace(replay=replay, sampling=replay, total_frames=total_frames))
+    learner.learn_from(SimpleNamespace(replay=replay, sampling=replay, total_frames=total_frames, **experience))
     trainer.strategy.connect(learner)
     trainer.strategy._lightning_optimizers = []
     optimizers, schedulers = _init_optimizers_and_lr_schedulers(learner)

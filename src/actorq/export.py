@@ -47,19 +47,21 @@ METADATA_FILE = "actorq.json"
 
 
 class StandalonePolicy(nn.Module):
-    """``obs -> action``: the quantized trunk, the fp32 head and, for Q-networks, the argmax.
+    """``obs -> action``: the policy's observation normalizer (if it has one), the quantized
+    trunk, the fp32 head and, for Q-networks and categorical policies, the argmax.
 
     Accepts ``[obs_dim]`` or ``[..., obs_dim]`` observations, like the actors' network.
     """
 
-    def __init__(self, trunk: nn.Module, head: nn.Module, greedy: bool):
+    def __init__(self, trunk: nn.Module, head: nn.Module, greedy: bool, normalizer: nn.Module | None = None):
         super().__init__()
+        self.normalizer = normalizer if normalizer is not None else nn.Identity()
         self.trunk = trunk
         self.head = head
         self.greedy = greedy
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        flat = observation.reshape(-1, observation.shape[-1])
+        flat = self.normalizer(observation.reshape(-1, observation.shape[-1]))
         out = self.head(self.trunk(flat))
         out = out.reshape(observation.shape[:-1] + out.shape[-1:])
         if self.greedy:
@@ -84,13 +86,14 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    policy = StandalonePolicy(network.executable_trunk(), network.head, greedy).eval()
+    policy = StandalonePolicy(network.executable_trunk(), network.head, greedy, network.normalizer).eval()
     metadata = {
         "precision": network.quant.describe(),
         "format": network.codec.name,
         "sizes": list(network.layout.sizes),
         "layer_norm": network.layout.layer_norm,
         "layers": [dataclasses.asdict(layer) for layer in network.layout.layers],
+        "normalizes_observations": network.normalizer is not None,
         "greedy": greedy,
         "torch": torch.__version__,
     }

@@ -68,7 +68,7 @@ def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
     """The learner, complete: checked against the env's action space and the policy contract."""
     make_learner = build(node)
     algo_cls = make_learner.func
-    if (algo_cls.action_space == "discrete") != spec.discrete:
+    if algo_cls.action_space != "any" and (algo_cls.action_space == "discrete") != spec.discrete:
         has = "discrete" if spec.discrete else "continuous"
         raise ConfigError(
             f"{algo_cls.__name__} needs {algo_cls.action_space} actions but {env_name} has "
@@ -270,9 +270,9 @@ def write_summary(path: Path, summary: dict, resumed: bool = False) -> None:
 
 def make_summary(learner, experience: Experience, wall_clock: float, learner_precision: dict | None = None,
                  callbacks: Iterable = ()) -> dict:
-    """``summary.json``: what the learner and the experience hold, then the fields each callback
-    hands over through its ``summary_fields()`` (the evaluation's returns, the tracker's
-    energy; a user's own callback may add its own). What a missing callback would have
+    """``summary.json``: what the learner and the experience hold, then the fields the learner
+    and each callback hand over through their ``summary_fields()`` (PPO's behaviour correction,
+    the evaluation's returns, the tracker's energy; a user's own callback may add its own). What a missing callback would have
     said is null, with the reason."""
     summary = {
         "status": "completed",  # actorq.report lists runs without a completed summary apart
@@ -301,9 +301,9 @@ def make_summary(learner, experience: Experience, wall_clock: float, learner_pre
         # them; null figures and a reason when nothing was measured (never an estimate).
         "energy": {"kwh": None, "co2_kg": None, "reason": "callbacks.carbon is off (no CarbonTracker)"},
     }
-    for callback in callbacks:
-        if hasattr(callback, "summary_fields"):
-            summary.update(callback.summary_fields())
+    for source in (learner, *callbacks):
+        if hasattr(source, "summary_fields"):
+            summary.update(source.summary_fields())
     if summary["final_return"] is not None:
         del summary["final_return_reason"]
     return summary

@@ -57,6 +57,9 @@ UNDOCUMENTED = {
 NOT_SHARED = {
     ("sac", "algo.exploration"): "SAC samples from its policy: no exploration schedule",
     ("td3", "algo.target_update_period"): "TD3 sets it from policy_delay",
+    **{("ppo", f"algo.{key}"): "PPO is on-policy: no replay, targets or exploration schedule"
+       for key in ("n_step", "batch_size", "update_to_data", "learning_starts", "target_tau", "target_update_period",
+                   "exploration")},
 }
 
 # Documented defaults described in words rather than as a value.

@@ -87,11 +87,11 @@ class Exploration:
         return self.start + fraction * (self.end - self.start)
 
 
-def adam(params, lr: float) -> torch.optim.Adam:
+def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with torch's fused kernel: one pass over all the parameters instead of a loop of
     small ops. Same update; its step on a 2048x3 MLP is ~10x faster on a CPU thread
     (``python -m actorq.bench learner`` measures the gain, docs/benchmarks.md)."""
-    return torch.optim.Adam(params, lr=lr, fused=True)
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
@@ -165,7 +165,7 @@ class Learner(L.LightningModule):
             way DQN loses CartPole after solving it.
     """
 
-    action_space: str = "continuous"  # or "discrete"; checked against the env at start
+    action_space: str = "continuous"  # or "discrete", or "any"; checked against the env at start
     stochastic: bool = False  # the actors act with behaviour_network.sample() instead of adding noise
     experience_kind: str = "replay"  # or "rollout" (EXPERIENCE_KINDS)
     records: tuple[str, ...] = ()  # what the actors record with each step besides the action (actorq.actors.policy.RECORDS)
@@ -230,6 +230,10 @@ class Learner(L.LightningModule):
 
     def log_values(self) -> dict[str, float]:
         """This family's own per-batch metrics."""
+        return {}
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What this learner adds to ``summary.json`` (e.g. PPO's behaviour correction)."""
         return {}
 
     def act(self, observation: torch.Tensor) -> torch.Tensor:

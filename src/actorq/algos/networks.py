@@ -209,12 +209,141 @@ class CategoricalHead(nn.Module):
         return -(log_probs.exp() * log_probs).sum(-1)
 
 
-class CategoricalPolicy(nn.Module):
-    """``obs -> logits`` of a categorical policy over discrete actions (A2C, PPO).
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class GaussianHead(nn.Module):
+    """Trunk output (the mean) -> a diagonal Gaussian whose log standard deviation is a learned
+    parameter of its own, independent of the state (PPO for continuous actions).
+
+    Actions are sampled unbounded, and their log-probability is the Gaussian's; the env
+    clips them to its bounds when it steps (as SB3 and CleanRL do), so the probability of
+    what the policy chose is exact. ``forward`` is the deterministic action, the mean
+    clipped to the bounds (evaluation, export, quantization-fidelity checks).
+
+    Args:
+        low, high: the action bounds per dimension.
+        log_std_init: initial log standard deviation of every dimension.
+    """
+
+    def __init__(self, low: Sequence[float], high: Sequence[float], log_std_init: float = 0.0):
+        super().__init__()
+        self.register_buffer("low", torch.tensor(low, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(high, dtype=torch.float32))
+        self.log_std = nn.Parameter(torch.full((len(low),), float(log_std_init)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(x, self.high), self.low)
+
+    def sample(self, x: torch.Tensor) -> torch.Tensor:
+        """A random (unclipped) action per row."""
+        return self.sample_with_log_prob(x)[0]
+
+    def sample_with_log_prob(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A random (unclipped) action per row and its log-density, summed over dimensions."""
+        noise = torch.randn_like(x)
+        action = x + noise * self.log_std.exp()
+        return action, -(0.5 * noise.pow(2) + self.log_std + _LOG_SQRT_2PI).sum(-1)
+
+    def log_prob(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``log pi(action | features)`` per row (summed over action dimensions)."""
+        z = (action - x) * torch.exp(-self.log_std)
+        return -(0.5 * z.pow(2) + self.log_std + _LOG_SQRT_2PI).sum(-1)
+
+    def entropy(self, x: torch.Tensor) -> torch.Tensor:
+        """The distribution's entropy per row (the same for every state)."""
+        return (self.log_std + 0.5 + _LOG_SQRT_2PI).sum().expand(x.shape[:-1])
+
+
+class ObservationNormalizer(nn.Module):
+    """``clip((obs - mean) / sqrt(var + eps), -clip, clip)`` with running statistics held as
+    buffers, so they are saved with the policy, pushed to the actors with its weights and used
+    by every copy of it (evaluation, ``actorq.load``, export): a policy never runs without the
+    normalization it was trained with.
+
+    Only the learner updates the statistics (:meth:`update`, with each rollout's
+    observations); the actors read them as pushed.
+
+    Example:
+        >>> normalizer = ObservationNormalizer(2)
+        >>> normalizer.update(torch.tensor([[1.0, 10.0], [3.0, 30.0]]))
+        >>> normalizer(torch.tensor([[2.0, 20.0]]))
+        tensor([[0., 0.]])
+    """
+
+    def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(obs_dim))
+        self.register_buffer("var", torch.ones(obs_dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return ((observation - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    def update(self, observations: torch.Tensor) -> None:
+        """Merges the statistics of ``observations`` ``[..., obs_dim]`` into the running ones."""
+        merge_moments(self.mean, self.var, self.count, observations.reshape(-1, observations.shape[-1]))
+
+
+@torch.no_grad()
+def merge_moments(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, batch: torch.Tensor) -> None:
+    """Merges the mean and (population) variance of ``batch`` ``[N, ...]`` into the running
+    ``mean``, ``var`` and ``count``, in place (Chan et al.'s parallel update)."""
+    n, total = float(len(batch)), float(count)
+    if n == 0:
+        return
+    batch = batch.double()
+    delta = batch.mean(0) - mean.double()
+    merged = total + n
+    m2 = var.double() * total + batch.var(0, unbiased=False) * n + delta.pow(2) * total * n / merged
+    mean.copy_(mean.double() + delta * n / merged)
+    var.copy_(m2 / merged)
+    count.fill_(merged)
+
+
+class StochasticPolicy(nn.Module):
+    """``obs -> head(trunk(normalizer(obs)))``: a policy that samples its own actions (A2C, PPO).
 
     Attributes:
+        normalizer: an :class:`ObservationNormalizer`, or ``nn.Identity`` when observations
+            are used as they are.
         trunk: the MLP whose ``Linear`` layers quantization replaces.
-        head: a :class:`CategoricalHead` (kept in full precision).
+        head: the distribution over actions (kept in full precision).
+    """
+
+    def __init__(self, trunk: nn.Sequential, head: nn.Module, normalizer: nn.Module | None = None):
+        super().__init__()
+        self.normalizer = normalizer if normalizer is not None else nn.Identity()
+        self.trunk = trunk
+        self.head = head
+
+    def features(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.normalizer(observation))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The deterministic action's output (logits, or the clipped mean)."""
+        return self.head(self.features(observation))
+
+    def sample(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.head.sample(self.features(observation))
+
+    def sample_with_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head.sample_with_log_prob(self.features(observation))
+
+    def log_prob(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.head.log_prob(self.features(observation), action)
+
+    def entropy(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.head.entropy(self.features(observation))
+
+
+def _normalizer(spec: EnvSpec, normalize_observations: bool) -> nn.Module | None:
+    return ObservationNormalizer(spec.obs_dim) if normalize_observations else None
+
+
+class CategoricalPolicy(StochasticPolicy):
+    """``obs -> logits`` of a categorical policy over discrete actions (A2C, PPO).
 
     Example:
         >>> policy = CategoricalPolicy(EnvSpec(obs_dim=4, discrete=True, num_actions=2), hidden=(16,))
@@ -223,28 +352,31 @@ class CategoricalPolicy(nn.Module):
         (torch.Size([5]), True)
     """
 
-    def __init__(self, spec: EnvSpec, hidden: Sequence[int]):
-        super().__init__()
+    def __init__(self, spec: EnvSpec, hidden: Sequence[int], normalize_observations: bool = False):
         if not spec.discrete:
             raise ValueError("CategoricalPolicy needs a discrete action space")
-        self.trunk = mlp(spec.obs_dim, hidden, spec.num_actions)
-        self.head = CategoricalHead()
+        super().__init__(mlp(spec.obs_dim, hidden, spec.num_actions), CategoricalHead(),
+                         _normalizer(spec, normalize_observations))
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        """The logits (their argmax is the greedy action)."""
-        return self.head(self.trunk(observation))
 
-    def sample(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.head.sample(self.trunk(observation))
+class GaussianPolicy(StochasticPolicy):
+    """``obs -> mean`` of a diagonal Gaussian policy with a state-independent log-std (PPO).
 
-    def sample_with_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.head.sample_with_log_prob(self.trunk(observation))
+    Example:
+        >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+        >>> policy = GaussianPolicy(spec, hidden=(16,), log_std_init=-1.0)
+        >>> action, log_prob = policy.sample_with_log_prob(torch.zeros(5, 3))
+        >>> action.shape, bool(torch.allclose(log_prob, policy.log_prob(torch.zeros(5, 3), action)))
+        (torch.Size([5, 2]), True)
+    """
 
-    def log_prob(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.head.log_prob(self.trunk(observation), action)
-
-    def entropy(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.head.entropy(self.trunk(observation))
+    def __init__(self, spec: EnvSpec, hidden: Sequence[int], log_std_init: float = 0.0,
+                 normalize_observations: bool = False):
+        if spec.discrete:
+            raise ValueError("GaussianPolicy needs a continuous action space")
+        super().__init__(mlp(spec.obs_dim, hidden, spec.action_dim),
+                         GaussianHead(spec.action_low, spec.action_high, log_std_init),
+                         _normalizer(spec, normalize_observations))
 
 
 class Critic(nn.Module):

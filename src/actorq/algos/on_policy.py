@@ -33,6 +33,7 @@ import torch
 from tensordict import TensorDictBase
 
 from actorq.algos.base import Exploration, Learner
+from actorq.algos.networks import merge_moments
 from actorq.envs import EnvSpec
 
 
@@ -130,6 +131,82 @@ def truncated_importance_weights(log_prob: torch.Tensor, behaviour_log_prob: tor
         tensor([1.0000, 0.5000])
     """
     return (log_prob.detach() - behaviour_log_prob).exp().clamp(max=clip)
+
+
+ROUNDING = 1e-5
+"""Relative differences of an importance ratio from 1 that are float rounding, not policy."""
+
+
+def behaviour_correction(prox_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor,
+                         cap: float = 1.0) -> dict[str, torch.Tensor]:
+    """The truncated importance weights ``min(pi_prox / mu, cap)`` of the actors' actions, and
+    what they say about the actors' policy ``mu``.
+
+    Returns:
+        ``weight`` (shaped like the inputs), and scalars: ``kl_behaviour``, an estimate of
+        ``KL(mu || pi_prox)`` from the actors' own actions (``E_mu[(r - 1) - log r]`` with
+        ``r = pi_prox / mu``: unbiased, never negative); ``importance_weight_mean`` and
+        ``importance_weight_max`` of the weights; ``truncated_fraction``, the share of steps
+        whose ratio exceeded ``cap`` by more than float rounding (:data:`ROUNDING`: the
+        same fp32 policy run at another batch size differs in the last bits).
+
+    Example:
+        >>> mu = torch.log(torch.tensor([0.5, 0.25]))
+        >>> terms = behaviour_correction(torch.log(torch.tensor([0.5, 0.5])), mu)
+        >>> terms["weight"], float(terms["truncated_fraction"])
+        (tensor([1., 1.]), 0.5)
+    """
+    log_ratio = prox_log_prob.detach() - behaviour_log_prob
+    ratio = log_ratio.exp()
+    weight = ratio.clamp(max=cap)
+    return {
+        "weight": weight,
+        "kl_behaviour": (torch.expm1(log_ratio) - log_ratio).mean(),  # (r - 1) - log r, without cancellation
+        "importance_weight_mean": weight.mean(),
+        "importance_weight_max": weight.max(),
+        "truncated_fraction": (ratio > cap * (1 + ROUNDING)).float().mean(),
+    }
+
+
+class RewardScaler(torch.nn.Module):
+    """Divides rewards by the running standard deviation of the discounted return, per env
+    (SB3's ``VecNormalize(norm_reward=True)``), clipped to ``[-clip, clip]``. A learner-side
+    option: the actors never see the scale.
+
+    The statistics are buffers (saved in checkpoints); each env's running return is not,
+    and starts again at 0 after a resume or when the number of envs changes.
+
+    Example:
+        >>> scaler = RewardScaler(gamma=1.0)
+        >>> no = torch.zeros(1, 2, dtype=torch.bool)
+        >>> scaled = scaler(torch.tensor([[1.0, 1.0]]), done=no)  # returns 1 and 2: std 0.5
+        >>> torch.round(scaled, decimals=3)
+        tensor([[2., 2.]])
+    """
+
+    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.register_buffer("mean", torch.zeros(()))
+        self.register_buffer("var", torch.ones(()))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self._returns: torch.Tensor | None = None
+
+    def forward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """``reward`` ``[envs, T]`` scaled, after the running return statistics took it in."""
+        envs, steps = reward.shape
+        if self._returns is None or len(self._returns) != envs:
+            self._returns = torch.zeros(envs, dtype=torch.float64)
+        returns = torch.empty(envs, steps, dtype=torch.float64)
+        running = self._returns
+        for t in range(steps):
+            running = running * self.gamma + reward[:, t].double()
+            returns[:, t] = running
+            running = running.masked_fill(done[:, t], 0.0)
+        self._returns = running
+        merge_moments(self.mean, self.var, self.count, returns.reshape(-1))
+        return (reward / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
 
 
 def rollout_fields(rollout: TensorDictBase) -> dict[str, Any]:

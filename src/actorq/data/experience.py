@@ -235,13 +235,16 @@ class Experience(L.LightningDataModule):
         next policy version, at the exploration scale where the run stands.
 
         The payload is loaded into the actors' policy in place (its buffers are what the push
-        copies to the workers); the head's own state (a learned log-std) goes with it.
+        copies to the workers); the head's own state (a learned log-std) and the observation
+        normalizer's statistics go with it.
         """
         observations = self.calibration_observations(self.quant.calibration_samples)
         payload = quantize(network, self.quant, observations)
         actor_network = self.actor_policy.network
         actor_network.load_payload(payload)
         actor_network.head.load_state_dict(network.head.state_dict())
+        if actor_network.normalizer is not None:
+            actor_network.normalizer.load_state_dict(network.normalizer.state_dict())
         self.policy_version += 1
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()

@@ -110,6 +110,10 @@ class LeanBatchedEnv(EnvBase):
         self._state = _State(episode=np.zeros((n, 1), dtype=np.float32),
                              obs=np.zeros((n, raw.obs_dim), dtype=np.float32))
         self._action_shape = (n,) if raw.discrete else (n, len(raw.action_low))
+        # Continuous actions are clipped to the bounds here: a stochastic policy (PPO's
+        # Gaussian) samples past them, and its log-probability is of what it sampled.
+        self._bounds = None if raw.discrete else (np.asarray(raw.action_low, dtype=np.float32),
+                                                  np.asarray(raw.action_high, dtype=np.float32))
         self._false = torch.zeros((*batch, 1), dtype=torch.bool)
         if seed is not None:
             self.set_seed(seed)
@@ -144,14 +148,18 @@ class LeanBatchedEnv(EnvBase):
         )
 
     def step_numpy(self, actions: np.ndarray) -> StepArrays:
-        """Steps every env with ``actions`` (``[N]`` indices or ``[N, act_dim]``) and adds the
-        rewards to the running returns; ended envs are not restarted (see :meth:`restart_ended`)."""
+        """Steps every env with ``actions`` (``[N]`` indices or ``[N, act_dim]``, clipped to the
+        action bounds) and adds the rewards to the running returns; ended envs are not
+        restarted (see :meth:`restart_ended`)."""
         n = self._n
+        actions = actions.reshape(self._action_shape)
+        if self._bounds is not None:
+            actions = np.clip(actions, *self._bounds)
         obs = np.empty((n, self.raw.obs_dim), dtype=np.float32)
         reward = np.empty((n, 1), dtype=np.float32)
         terminated = np.zeros((n, 1), dtype=bool)
         truncated = np.zeros((n, 1), dtype=bool)
-        self.raw.step(actions.reshape(self._action_shape), obs, reward, terminated, truncated)
+        self.raw.step(actions, obs, reward, terminated, truncated)
         episode = self._state.episode
         episode += reward
         return StepArrays(obs, reward, episode.copy(), terminated, truncated, terminated | truncated)

@@ -196,3 +196,10 @@ def _check_norm(norm: nn.LayerNorm, features: int, index: int) -> None:
             f"trunk[{index}] is a LayerNorm that quantization does not support: it must normalize the "
             f"last {features} features with a weight and a bias, got {norm}"
         )
+
+
+def input_normalizer(network: nn.Module) -> nn.Module | None:
+    """The observation normalizer a policy applies before its trunk (``network.normalizer``,
+    e.g. PPO's running mean and variance), or ``None`` when it has none (or an identity)."""
+    normalizer = getattr(network, "normalizer", None)
+    return None if normalizer is None or isinstance(normalizer, nn.Identity) else normalizer

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from actorq.util.errors import ConfigError
-from actorq.quant.layout import Payload, TrunkLayout
+from actorq.quant.layout import Payload, TrunkLayout, input_normalizer
 from actorq.quant.quantize import quantize
 from actorq.quant.spec import QuantSpec
 
@@ -42,7 +42,7 @@ _NOT_BUILT = -1
 
 
 class QuantizedNetwork(nn.Module):
-    """``obs -> head(trunk(obs))`` with the trunk at the precision of ``quant``.
+    """``obs -> head(trunk(normalizer(obs)))`` with the trunk at the precision of ``quant``.
 
     Args:
         sizes: trunk widths ``(obs_dim, *hidden, out_dim)`` of an :func:`actorq.algos.networks.mlp`
@@ -52,6 +52,8 @@ class QuantizedNetwork(nn.Module):
             ``None``.
         layer_norm: with ``sizes``: whether the trunk has a ``LayerNorm`` after every hidden
             ``Linear``.
+        normalizer: the fp32 observation normalizer the policy applies before its trunk
+            (its statistics are buffers, pushed with the payload); none if ``None``.
 
     Attributes:
         version: int64 buffer, bumped by :meth:`load_payload`; workers rebuild when it changes.
@@ -63,8 +65,10 @@ class QuantizedNetwork(nn.Module):
         quant: QuantSpec,
         head: nn.Module | None = None,
         layer_norm: bool = False,
+        normalizer: nn.Module | None = None,
     ):
         super().__init__()
+        self.register_module("normalizer", normalizer)
         self.layout = sizes if isinstance(sizes, TrunkLayout) else TrunkLayout(tuple(sizes), layer_norm)
         self.quant = quant
         self.codec = quant.codec  # raises for an unresolved bits=auto
@@ -82,9 +86,12 @@ class QuantizedNetwork(nn.Module):
 
     @classmethod
     def template_for(cls, network: nn.Module, quant: QuantSpec) -> QuantizedNetwork:
-        """A template shaped like an fp32 policy (``trunk`` + ``head``, head copied), with an
-        all-zero payload. Works for any head, e.g. SAC's squashed Gaussian."""
-        return cls(TrunkLayout.from_trunk(network.trunk), quant, head=copy.deepcopy(network.head))
+        """A template shaped like an fp32 policy (``trunk`` + ``head``, head and observation
+        normalizer copied), with an all-zero payload. Works for any head, e.g. SAC's squashed
+        Gaussian."""
+        normalizer = input_normalizer(network)
+        return cls(TrunkLayout.from_trunk(network.trunk), quant, head=copy.deepcopy(network.head),
+                   normalizer=copy.deepcopy(normalizer) if normalizer is not None else None)
 
     @classmethod
     def from_network(
@@ -129,7 +136,9 @@ class QuantizedNetwork(nn.Module):
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         self._ensure_built()
         # Direct dict lookups: nn.Module.__getattr__ costs more than a small actor's matmul.
-        run, head = self._run_trunk, self._modules["head"].forward
+        run, head, normalizer = self._run_trunk, self._modules["head"].forward, self._modules["normalizer"]
+        if normalizer is not None:
+            observation = normalizer(observation)
         if observation.dim() == 2:
             return head(run(observation))
         if observation.dim() == 1:  # quantized linear kernels need a batch dimension
@@ -147,9 +156,12 @@ class QuantizedNetwork(nn.Module):
         return self._modules["head"].sample_with_log_prob(self.features(observation))
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
-        """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
+        """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations (normalized
+        first, if the policy normalizes them)."""
         self._ensure_built()
-        run = self._run_trunk
+        run, normalizer = self._run_trunk, self._modules["normalizer"]
+        if normalizer is not None:
+            observation = normalizer(observation)
         if observation.dim() == 2:
             return run(observation)
         flat = run(observation.reshape(-1, observation.shape[-1]))

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from actorq.util.errors import ConfigError
-from actorq.quant.layout import Payload, TrunkLayout
+from actorq.quant.layout import Payload, TrunkLayout, input_normalizer
 from actorq.quant.spec import QuantSpec
 
 __all__ = ["Payload", "payload_nbytes", "quantize", "reference_module"]
@@ -38,7 +38,8 @@ def quantize(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | No
             [LayerNorm] -> [activation]``, see :class:`~actorq.quant.layout.TrunkLayout`) and a
             ``head`` (kept fp32 and not part of the payload).
         spec: the precision; ``bits="auto"`` must be resolved first.
-        calibration: recent observations ``[N, obs_dim]``; required when
+        calibration: recent observations ``[N, obs_dim]``, as the env gives them (a policy
+            with an observation normalizer normalizes them first); required when
             ``spec.needs_calibration`` (static mode, learned observer), ignored otherwise.
 
     Returns:
@@ -53,7 +54,7 @@ def quantize(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | No
             "pass recent observations, or use quant.observer=fixed or quant.mode=dynamic"
         )
     with torch.no_grad():
-        return codec.encode(network.trunk, layout, spec, calibration)
+        return codec.encode(network.trunk, layout, spec, trunk_inputs(network, calibration))
 
 
 def reference_module(
@@ -65,10 +66,22 @@ def reference_module(
     """
     layout = TrunkLayout.from_trunk(network.trunk)
     spec.codec.check_layout(layout)
-    converted = spec.codec.reference(network.trunk, spec, calibration)
+    with torch.no_grad():
+        converted = spec.codec.reference(network.trunk, spec, trunk_inputs(network, calibration))
     if converted is None:
         raise ConfigError(f"{spec.describe()} has no torch.ao reference module; the int8 codecs have one")
-    return nn.Sequential(converted, network.head).eval()
+    normalizer = input_normalizer(network)
+    modules = [normalizer] if normalizer is not None else []
+    return nn.Sequential(*modules, converted, network.head).eval()
+
+
+def trunk_inputs(network: nn.Module, observations: torch.Tensor | None) -> torch.Tensor | None:
+    """``observations`` as ``network``'s trunk sees them: through its observation normalizer."""
+    normalizer = input_normalizer(network)
+    if observations is None or normalizer is None:
+        return observations
+    with torch.no_grad():
+        return normalizer(observations)
 
 
 def payload_nbytes(payload: Payload) -> int:

@@ -1,0 +1,197 @@
+"""PPO's learning math: the decoupled objective's weights and ratios against what the actors
+recorded (fp32 and int8 actors), the Gaussian policy, the running statistics, and the
+update's bookkeeping. The hand-computed GAE cases are in test_on_policy.py."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from actorq.actors.policy import actor_policy
+from actorq.algos.networks import GaussianHead, GaussianPolicy, ObservationNormalizer
+from actorq.algos.on_policy import RewardScaler, behaviour_correction
+from actorq.algos.ppo import PPO, orthogonal_
+from actorq.quant import QuantizedNetwork, QuantSpec
+from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
+
+ENVS, STEPS = 4, 32
+
+
+def collect(learner: PPO, quant: QuantSpec, seed: int = 0) -> TensorDict:
+    """A rollout ``[envs, T]`` as lock-step actors record it: each step's actions sampled by
+    the actors' copy of the learner's policy (encoded at ``quant``) at a batch of ``ENVS``
+    observations, with their log-probability under that copy."""
+    torch.manual_seed(seed)
+    observations = torch.randn(ENVS, STEPS + 1, learner.spec.obs_dim) * 2
+    actors = actor_policy(learner, quant, observations.reshape(-1, learner.spec.obs_dim))
+    actions, log_mu = zip(*(actors(observations[:, t])[:2] for t in range(STEPS)))
+    shape = (ENVS, STEPS)
+    return TensorDict({
+        "observation": observations[:, :-1], "action": torch.stack(actions, 1), "log_prob": torch.stack(log_mu, 1),
+        "policy_version": torch.zeros(shape, dtype=torch.int64),
+        "next": {"observation": observations[:, 1:], "reward": torch.randn(*shape, 1),
+                 "terminated": torch.zeros(*shape, 1, dtype=torch.bool), "done": torch.zeros(*shape, 1, dtype=torch.bool)},
+    }, batch_size=shape)
+
+
+def trained_once(spec, quant: QuantSpec, **ppo_args) -> tuple[PPO, dict, list[dict]]:
+    """A PPO learner's update of one collected rollout, with what each minibatch's loss saw."""
+    torch.manual_seed(1)
+    learner = PPO(spec, hidden=(32, 32), epochs=2, minibatch_size=32, **ppo_args)
+    attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=0)
+    seen = []
+    loss = learner._loss
+
+    def watched(batch, clip):
+        out = loss(batch, clip)
+        seen.append({"weight": batch["weight"].clone(), "ratio": out[2].clone(), "prox": batch["prox_log_prob"].clone()})
+        return out
+
+    learner._loss = watched
+    terms = learner.learn(collect(learner, quant), new_frames=ENVS * STEPS)
+    return learner, terms, seen
+
+
+@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS], ids=["categorical", "gaussian"])
+def test_with_fp32_actors_in_lock_step_the_first_minibatch_is_plain_ppo(spec):
+    """mu == pi_prox == pi at the first minibatch: every weight and every ratio is 1 (to
+    float rounding: the actors ran the same fp32 policy at a batch of 4 rows, the learner at
+    128), nothing is truncated, the KL estimate is 0; later minibatches move pi away."""
+    learner, terms, seen = trained_once(spec, QuantSpec(bits=32))
+    first = seen[0]
+    assert torch.allclose(first["ratio"], torch.ones_like(first["ratio"]), atol=1e-5)
+    assert torch.allclose(first["weight"], torch.ones_like(first["weight"]), atol=1e-5)
+    assert float(terms["truncated_fraction"]) == 0.0
+    assert abs(float(terms["kl_behaviour"])) < 1e-6
+    assert float(terms["importance_weight_mean"]) == pytest.approx(1.0, abs=1e-6)
+    assert not torch.allclose(seen[-1]["ratio"], torch.ones_like(seen[-1]["ratio"]), atol=1e-5)
+    assert learner.learner_steps == len(seen) == 2 * 4  # 2 epochs x 128 steps / 32
+
+
+@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS], ids=["categorical", "gaussian"])
+def test_with_int8_actors_the_weights_are_the_truncated_ratio_of_prox_to_what_they_recorded(spec):
+    torch.manual_seed(1)
+    learner = PPO(spec, hidden=(32, 32), importance_weight_cap=1.2, orthogonal_init=False)
+    rollout = collect(learner, QuantSpec(bits=8, mode="dynamic"))
+    steps, terms = learner.prepare(rollout)
+    with torch.no_grad():
+        prox = learner.policy.log_prob(rollout["observation"], rollout["action"]).reshape(-1)
+    log_ratio = (prox - rollout["log_prob"].reshape(-1)).double()
+    ratio = log_ratio.exp()
+    assert torch.allclose(steps["prox_log_prob"], prox, atol=1e-6)
+    assert torch.allclose(steps["weight"].double(), ratio.clamp(max=1.2), atol=1e-6)
+    assert not torch.allclose(steps["weight"], torch.ones_like(steps["weight"]), atol=1e-4)  # int8 is not fp32
+    assert float(terms["truncated_fraction"]) == pytest.approx(float((ratio > 1.2 * (1 + 1e-5)).float().mean()))
+    assert float(terms["kl_behaviour"]) == pytest.approx(float(((ratio - 1) - log_ratio).mean()), rel=1e-3)
+    assert float(terms["kl_behaviour"]) > 0
+    assert float(terms["importance_weight_max"]) <= 1.2
+
+
+def test_the_correction_terms_on_a_hand_computed_batch():
+    """ratios pi_prox / mu of 2, 1 and 0.5: weights min(r, 1); KL estimate mean((r - 1) - log r)."""
+    mu = torch.log(torch.tensor([0.25, 0.5, 0.5]))
+    prox = torch.log(torch.tensor([0.5, 0.5, 0.25]))
+    terms = behaviour_correction(prox, mu)
+    assert terms["weight"].tolist() == pytest.approx([1.0, 1.0, 0.5])
+    expected_kl = ((1 - math.log(2)) + 0 + (-0.5 + math.log(2))) / 3
+    assert float(terms["kl_behaviour"]) == pytest.approx(expected_kl)
+    assert float(terms["importance_weight_mean"]) == pytest.approx(2.5 / 3)
+    assert float(terms["importance_weight_max"]) == 1.0 and float(terms["truncated_fraction"]) == pytest.approx(1 / 3)
+    assert behaviour_correction(prox, mu, cap=3.0)["weight"].tolist() == pytest.approx([2.0, 1.0, 0.5])
+
+
+def test_the_clipped_surrogate_is_weighted_and_clipped_against_prox_not_against_mu():
+    """L = -mean(w * min(r A, clip(r, 1-eps, 1+eps) A)) for hand-picked r, A and w."""
+    learner = PPO(DISCRETE, hidden=(8,), normalize_advantage=False, value_coef=0.0)
+    observation = torch.zeros(3, 4)
+    with torch.no_grad():
+        log_pi = learner.policy.log_prob(observation, torch.tensor([0, 1, 0]))
+    ratio = torch.tensor([1.5, 0.5, 1.05])
+    batch = {"observation": observation, "action": torch.tensor([0, 1, 0]), "prox_log_prob": log_pi - ratio.log(),
+             "advantage": torch.tensor([1.0, 1.0, -2.0]), "return": torch.zeros(3), "weight": torch.tensor([1.0, 0.5, 0.8])}
+    _, terms, seen_ratio = learner._loss(batch, clip=0.2)
+    assert torch.allclose(seen_ratio, ratio, atol=1e-6)
+    # r A vs clip(r) A, the smaller: 1.5 -> 1.2 (A > 0); 0.5 -> 0.5 (unclipped, smaller); 1.05 * -2 = -2.1.
+    expected = -(1.0 * 1.2 * 1.0 + 0.5 * 0.5 * 1.0 + 0.8 * -2.1) / 3
+    assert float(terms["loss_policy"]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_gaussian_head_is_a_diagonal_normal_with_a_state_independent_log_std():
+    head = GaussianHead(low=(-1.0, -1.0), high=(1.0, 2.0), log_std_init=-0.5)
+    mean = torch.tensor([[0.3, -3.0], [2.0, 0.5]])
+    action = torch.tensor([[0.1, 0.2], [1.5, 0.4]])
+    normal = torch.distributions.Normal(mean, torch.full_like(mean, math.exp(-0.5)))
+    assert torch.allclose(head.log_prob(mean, action), normal.log_prob(action).sum(-1))
+    assert torch.allclose(head.entropy(mean), normal.entropy().sum(-1))
+    assert torch.allclose(head(mean), torch.tensor([[0.3, -1.0], [1.0, 0.5]]))  # the deterministic action: clipped mean
+    torch.manual_seed(0)
+    means = mean.expand(20000, 2, 2).reshape(-1, 2)
+    samples, log_prob = head.sample_with_log_prob(means)
+    assert torch.allclose(log_prob, head.log_prob(means, samples), atol=1e-5)
+    assert (samples - means).std(0).tolist() == pytest.approx([math.exp(-0.5)] * 2, rel=0.02)
+    assert samples.max() > 2.0 and samples.min() < -1.0  # unclipped draws: the env clips them
+    assert list(dict(head.named_parameters())) == ["log_std"]
+
+
+def test_running_statistics_match_the_whole_datas_mean_and_variance():
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(3.0, 2.0, size=(n, 3)).astype(np.float32) for n in (1, 7, 100, 33)]
+    normalizer = ObservationNormalizer(3, clip=100.0)
+    for chunk in chunks:
+        normalizer.update(torch.from_numpy(chunk))
+    data = np.concatenate(chunks)
+    assert normalizer.mean.numpy() == pytest.approx(data.mean(0), rel=1e-5)
+    assert normalizer.var.numpy() == pytest.approx(data.var(0), rel=1e-4)
+    assert float(normalizer.count) == len(data)
+    z = normalizer(torch.from_numpy(data)).numpy()
+    assert z.mean(0) == pytest.approx([0.0] * 3, abs=1e-4) and z.std(0) == pytest.approx([1.0] * 3, rel=1e-3)
+    assert float(ObservationNormalizer(1, clip=5.0)(torch.tensor([[100.0]]))) == 5.0
+
+
+def test_rewards_are_scaled_by_the_running_std_of_each_envs_discounted_return():
+    scaler = RewardScaler(gamma=0.5)
+    reward = torch.tensor([[1.0, 2.0, 3.0], [0.0, 4.0, 0.0]])
+    done = torch.tensor([[False, True, False], [False, False, False]])
+    scaled = scaler(reward, done)
+    returns = [1.0, 2.5, 3.0, 0.0, 4.0, 2.0]  # env 0's return starts again after its episode ends
+    assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+    assert torch.allclose(scaled, reward / math.sqrt(np.var(returns)), atol=1e-6)
+    scaler(torch.tensor([[1.0], [1.0]]), torch.zeros(2, 1, dtype=torch.bool))
+    assert float(scaler.count) == 8  # env 0 goes on from 3.0 (4.0 is merged), env 1 from 2.0
+
+
+@torch.no_grad()
+def test_orthogonal_init_gives_hidden_layers_gain_sqrt2_and_the_output_its_own():
+    learner = PPO(DISCRETE, hidden=(64, 64))
+    output = learner.policy.trunk[-1].weight
+    assert torch.linalg.svdvals(output).max() == pytest.approx(0.01, rel=1e-4)
+    hidden = learner.policy.trunk[0].weight
+    assert torch.linalg.svdvals(hidden).tolist() == pytest.approx([math.sqrt(2)] * 4, rel=1e-4)
+    assert torch.linalg.svdvals(learner.value[-1].weight).max() == pytest.approx(1.0, rel=1e-4)
+    assert all(float(layer.bias.abs().max()) == 0 for layer in learner.policy.trunk if hasattr(layer, "bias"))
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    orthogonal_(plain, output_gain=3.0)
+    assert torch.linalg.svdvals(plain[2].weight).max() == pytest.approx(3.0, rel=1e-4)
+
+
+def test_the_actors_copy_normalizes_with_the_policys_statistics_and_calibrates_on_normalized_inputs():
+    policy = GaussianPolicy(CONTINUOUS, (32, 32), normalize_observations=True)
+    observations = torch.randn(512, 3) * 50 + 100  # far outside int8's calibrated range unless normalized
+    policy.normalizer.update(observations)
+    for quant in (QuantSpec(bits=32), QuantSpec(bits=8, mode="static")):
+        copy = QuantizedNetwork.from_network(policy, quant, observations)
+        assert torch.equal(copy.normalizer.mean, policy.normalizer.mean)
+        assert torch.allclose(copy(observations), policy(observations), atol=0.05 if quant.bits == 8 else 1e-6)
+
+
+def test_planned_updates_and_the_annealed_clip_range_follow_the_rollouts():
+    learner = PPO(DISCRETE, hidden=(8,), epochs=3, minibatch_size=50, clip_range=0.2, clip_range_final_fraction=0.0)
+    attach_trainer(learner, total_frames=1000, frames_per_batch=100, policy_version=0)
+    assert learner.planned_updates(1000) == 10 * 3 * 2
+    assert learner.current_clip_range() == pytest.approx(0.2)
+    learner.learner_steps = 30
+    assert learner.current_clip_range() == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="epochs and minibatch_size"):
+        PPO(DISCRETE, epochs=0)
