@@ -28,6 +28,17 @@ def pytest_unconfigure(config):
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): each test file runs on one
+    worker, so a module's shared run (one training run read by several tests) happens once,
+    and every file that starts a Ray cluster (a test marked ``ray``) runs on the same worker,
+    so two clusters never start at once."""
+    files_with_ray = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("ray")}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("ray" if path in files_with_ray else path))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A run that collected no test is a failure (exit 1), never a silent pass."""
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

@@ -97,12 +97,13 @@ def check_declared_needs(learner) -> None:
 def resolve_collection(cfg: DictConfig, learner) -> None:
     """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
     collected with the policy it just published), asynchronous collection for an off-policy
-    one. An on-policy run takes no random first frames (they have no log-probability), one
+    one; an on-policy learner is told which it gets (``learner.asynchronous``). An on-policy run takes no random first frames (they have no log-probability), one
     learner rank, and a learner precision named, not timed."""
     if cfg.actors.get("collection", "auto") == "auto":
         cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
     if learner.experience_kind != "rollout":
         return
+    learner.asynchronous = cfg.actors.collection == "async"
     name = type(learner).__name__
     if cfg.actors.get("init_random_frames", 0):
         raise ConfigError(f"{name} learns from the actors' own policy: set actors.init_random_frames=0 "

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.actors.pool import merge_round
 from actorq.algos.base import Exploration
-from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights
+from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights, vtrace
 from actorq.algos.networks import CategoricalPolicy
 from actorq.quant import QuantSpec
 from tests.helpers import DISCRETE
@@ -163,3 +163,37 @@ def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message
                              "trainer": {"devices": 1, "precision": "32-true"}})
     resolve_collection(fine, A2CLike(DISCRETE))
     assert fine.actors.collection == "lockstep"
+
+
+def test_vtrace_with_the_behaviour_policy_as_target_is_gae():
+    """pi == mu: every rho is 1 and c is lam, so the targets are V + GAE(lam), episode ends included."""
+    torch.manual_seed(0)
+    shape = (3, 12)
+    reward, value, next_value = torch.randn(shape), torch.randn(shape), torch.randn(shape)
+    terminated = torch.zeros(shape, dtype=torch.bool)
+    terminated[0, 4] = True
+    done = terminated.clone()
+    done[1, 7] = True  # truncated: bootstraps from V(s')
+    targets, _ = vtrace(torch.zeros(shape), reward, value, next_value, terminated, done, gamma=0.9, lam=0.8)
+    advantage = gae(reward, value, next_value, terminated, done, gamma=0.9, lam=0.8)
+    assert torch.allclose(targets, value + advantage, atol=1e-6)
+
+
+def test_vtrace_truncates_the_ratios_and_cuts_at_episode_ends_by_hand():
+    """Three steps, ratios pi/mu of 2, 0.5 and 1, the second a truncated episode end; gamma 0.5,
+    lam 1, rho_bar = c_bar = 1, every V(s) 0 except V(s'_1) = 4 and V(s'_2) = 2."""
+    log_ratio = torch.log(torch.tensor([[2.0, 0.5, 1.0]]))
+    reward = torch.tensor([[1.0, 2.0, 3.0]])
+    value = torch.zeros(1, 3)
+    next_value = torch.tensor([[0.0, 4.0, 2.0]])
+    terminated = torch.zeros(1, 3, dtype=torch.bool)
+    done = torch.tensor([[False, True, False]])
+    targets, advantage = vtrace(log_ratio, reward, value, next_value, terminated, done, gamma=0.5)
+    # rho = c = (1, 0.5, 1); delta = (1 * (1 + 0), 0.5 * (2 + 0.5 * 4), 1 * (3 + 0.5 * 2)) = (1, 2, 4)
+    # v_2 = 4; v_1 = 2 (the episode ended: no trace from step 2); v_0 = 1 + 0.5 * 1 * 2 = 2
+    assert targets.tolist() == [[pytest.approx(2.0), pytest.approx(2.0), pytest.approx(4.0)]]
+    # A_0 = 1 + 0.5 * v_1 = 2; A_1 = 2 + 0.5 * V(s'_1) = 4 (episode end); A_2 = 3 + 0.5 * V(s'_2) = 4
+    assert advantage.tolist() == [[pytest.approx(2.0), pytest.approx(4.0), pytest.approx(4.0)]]
+    terminated_end = torch.tensor([[False, True, False]])
+    _, advantage = vtrace(log_ratio, reward, value, next_value, terminated_end, done, gamma=0.5)
+    assert advantage[0, 1].item() == pytest.approx(2.0)  # terminated: no bootstrap

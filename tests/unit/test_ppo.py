@@ -11,7 +11,7 @@ from tensordict import TensorDict
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.networks import GaussianHead, GaussianPolicy, ObservationNormalizer
-from actorq.algos.on_policy import RewardScaler, behaviour_correction
+from actorq.algos.on_policy import RewardScaler, behaviour_correction, rollout_fields, vtrace
 from actorq.algos.ppo import PPO, orthogonal_
 from actorq.quant import QuantizedNetwork, QuantSpec
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
@@ -195,3 +195,27 @@ def test_planned_updates_and_the_annealed_clip_range_follow_the_rollouts():
     assert learner.current_clip_range() == pytest.approx(0.1)
     with pytest.raises(ValueError, match="epochs and minibatch_size"):
         PPO(DISCRETE, epochs=0)
+
+
+def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():
+    torch.manual_seed(2)
+    learner = PPO(DISCRETE, hidden=(16,), epochs=1, minibatch_size=64, max_policy_lag=2, orthogonal_init=False)
+    attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=5)
+    learner.asynchronous = True
+    rollout = collect(learner, QuantSpec(bits=8, mode="dynamic"))
+    steps, _ = learner.prepare(rollout)
+    fields = rollout_fields(rollout)
+    with torch.no_grad():
+        value = learner.value(fields["observation"]).squeeze(-1)
+        next_value = learner.value(fields["next_observation"]).squeeze(-1)
+        log_ratio = learner.policy.log_prob(fields["observation"], fields["action"]) - fields["log_prob"]
+    targets, advantage = vtrace(log_ratio, fields["reward"], value, next_value, fields["terminated"], fields["done"],
+                                learner.gamma, learner.gae_lambda)
+    assert torch.allclose(steps["return"], targets.reshape(-1), atol=1e-5)
+    assert torch.allclose(steps["advantage"], advantage.reshape(-1), atol=1e-5)
+    rollout["policy_version"][:] = 3  # two versions behind: trained on
+    assert learner.learn(rollout, new_frames=ENVS * STEPS) and learner.learner_steps == 2
+    rollout["policy_version"][1, :5] = 2  # three: dropped, counted
+    assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.learner_steps == 2
+    assert learner.stale_frames == ENVS * STEPS and learner.log_values()["collect/stale_frames"] == ENVS * STEPS
+    assert learner.counters() == {"stale_frames": ENVS * STEPS}

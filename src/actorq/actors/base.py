@@ -104,6 +104,10 @@ class ActorSpec:
         env_modules: modules each worker imports before it builds its envs (``env.module``:
             those registering a suite of one's own).
         collection: ``"async"`` or ``"lockstep"`` (:data:`COLLECTIONS`).
+        waiting_batches: in asynchronous collection, how many batches the workers handed over
+            may wait for the learner before a worker waits too (``None``: one per worker).
+            Every waiting batch is one more policy version a later batch may lag the learner
+            by; an on-policy learner's pipeline asks for 1.
 
     Example:
         >>> spec = ActorSpec("CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=1_000,
@@ -126,6 +130,7 @@ class ActorSpec:
     frames_done: int = 0
     env_modules: tuple[str, ...] = ()
     collection: str = "async"
+    waiting_batches: int | None = None
 
     def __post_init__(self):
         check_frames_done(self.frames_done, self.total_frames)

@@ -441,7 +441,7 @@ class ActorPool(ActorPoolBase):
 
     def _receive(self) -> _Receiver:
         self._close_receiver()
-        self._receiver = _Receiver(iter(self.collector), depth=self.spec.num_workers)
+        self._receiver = _Receiver(iter(self.collector), depth=self.spec.waiting_batches or self.spec.num_workers)
         return self._receiver
 
     def _close_receiver(self) -> None:

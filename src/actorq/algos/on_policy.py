@@ -46,12 +46,18 @@ class OnPolicyLearner(Learner):
             the same way (default: a scale of 0).
         gamma: discount factor.
         final_lr_fraction: see :class:`~actorq.algos.base.Learner`.
+        max_policy_lag: a rollout whose oldest steps ran a policy more than this many
+            published versions behind the learner's is dropped, not trained on (counted in
+            ``collect/stale_frames``); ``None``: no bound. Only asynchronous collection lags.
 
     Attributes:
         updates_per_rollout: gradient updates :meth:`update_rollout` makes of one rollout
             (the learning-rate schedule plans with it).
         policy_lag: published policy versions between the learner's policy and the oldest
             the actors acted with in the last rollout (0 in lock-step collection).
+        asynchronous: whether the actors collect while the learner trains
+            (``actors.collection=async``; set by ``actorq.train``), so rollouts lag.
+        stale_frames: frames of the rollouts dropped for lagging more than ``max_policy_lag``.
     """
 
     experience_kind = "rollout"
@@ -60,10 +66,15 @@ class OnPolicyLearner(Learner):
     updates_per_rollout: int = 1
 
     def __init__(self, spec: EnvSpec, exploration: Exploration | None = None, gamma: float = 0.99,
-                 final_lr_fraction: float = 1.0):
+                 final_lr_fraction: float = 1.0, max_policy_lag: int | None = None):
         super().__init__(spec, exploration if exploration is not None else Exploration(0.0), gamma=gamma,
                          final_lr_fraction=final_lr_fraction)
+        if max_policy_lag is not None and max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be >= 0 or null, got {max_policy_lag}")
+        self.max_policy_lag = max_policy_lag
         self.policy_lag = 0
+        self.asynchronous = False
+        self.stale_frames = 0
 
     @abstractmethod
     def update_rollout(self, rollout: TensorDictBase) -> dict[str, torch.Tensor]:
@@ -87,10 +98,22 @@ class OnPolicyLearner(Learner):
         if self.device.type != "cpu":
             rollout = rollout.to(self.device)
         self.policy_lag = self.experience.policy_version - int(rollout["policy_version"].min())
+        if self.max_policy_lag is not None and self.policy_lag > self.max_policy_lag:
+            self.stale_frames += rollout.numel()
+            return {}
         return self.update_rollout(rollout)
 
     def log_values(self) -> dict[str, float]:
-        return {"collect/policy_lag": float(self.policy_lag)}
+        values = {"collect/policy_lag": float(self.policy_lag)}
+        if self.max_policy_lag is not None:
+            values["collect/stale_frames"] = float(self.stale_frames)
+        return values
+
+    def counters(self) -> dict[str, Any]:
+        return {"stale_frames": self.stale_frames}
+
+    def restore_counters(self, state: dict[str, Any]) -> None:
+        self.stale_frames = state.get("stale_frames", 0)
 
 
 def gae(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor,
@@ -117,6 +140,52 @@ def gae(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, ter
         running = delta[:, t] + carry[:, t] * running
         advantage[:, t] = running
     return advantage
+
+
+def vtrace(log_ratio: torch.Tensor, reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor,
+           terminated: torch.Tensor, done: torch.Tensor, gamma: float, lam: float = 1.0, rho_bar: float = 1.0,
+           c_bar: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets (Espeholt et al. 2018) of a rollout ``[envs, T]`` collected by a
+    behaviour policy ``mu`` for a target policy ``pi``, and the advantages of its actions.
+
+    With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lam * min(c_bar, pi/mu)``:
+    ``delta_t = rho_t (r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t))`` and
+    ``v_t - V(s_t) = delta_t + gamma c_t (1 - done_t) (v_{t+1} - V(s_{t+1}))``, the rollout's
+    last step and every episode end bootstrapping from ``V(s'_t)`` (0 if terminated). The
+    advantage is ``r_t + gamma (1 - terminated_t) v'_t - V(s_t)``, where ``v'_t`` is
+    ``v_{t+1}``, or ``V(s'_t)`` at an episode's or the rollout's end; it carries no
+    ``rho_t`` (the policy loss weighs each step itself). With ``pi == mu`` the targets are
+    ``V + GAE(lam)``.
+
+    Args:
+        log_ratio: ``log pi(a_t|s_t) - log mu(a_t|s_t)``.
+        reward, value, next_value, terminated, done, gamma: as for :func:`gae`.
+        lam: the traces' lambda.
+        rho_bar, c_bar: the truncation of the TD errors' and of the traces' ratios.
+
+    Returns:
+        ``(targets v_t, advantages)``, each ``[envs, T]``.
+
+    Example:
+        >>> no = torch.zeros(1, 2, dtype=torch.bool)
+        >>> targets, advantage = vtrace(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2),
+        ...                             torch.zeros(1, 2), no, no, gamma=0.5)
+        >>> targets, advantage  # v_1 = 1, v_0 = 1 + 0.5 * 1; A_0 = 1 + 0.5 * v_1
+        (tensor([[1.5000, 1.0000]]), tensor([[1.5000, 1.0000]]))
+    """
+    ratio = log_ratio.exp()
+    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
+    continues = (~done).float()
+    delta = rho * (reward + gamma * (~terminated).float() * next_value - value)
+    targets = torch.empty_like(value)
+    running = torch.zeros_like(value[:, 0])  # v_{t+1} - V(s_{t+1})
+    for t in range(value.shape[1] - 1, -1, -1):
+        running = delta[:, t] + gamma * c[:, t] * continues[:, t] * running
+        targets[:, t] = value[:, t] + running
+    following = torch.cat([targets[:, 1:], next_value[:, -1:]], dim=1)
+    following = torch.where(done, next_value, following)
+    advantage = reward + gamma * (~terminated).float() * following - value
+    return targets, advantage
 
 
 def truncated_importance_weights(log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor,

@@ -18,6 +18,11 @@ learner. What the correction did is logged with every rollout: ``KL(mu || pi_pro
 estimated on the actors' own actions, the weights' mean and max and the fraction truncated,
 the first epoch's clip fraction, and the policy lag (docs/algorithms/ppo.md).
 
+Asynchronous PPO is the same learner with ``actors.collection=async``: the actors never wait
+for it, each rollout arrives with the policy versions it was collected with, ``pi_prox`` is
+the learner's policy when it arrives, V-trace (rho-bar = c-bar = 1) replaces GAE, and
+rollouts more than ``max_policy_lag`` versions behind are dropped.
+
 Example:
     >>> from actorq.envs import EnvSpec
     >>> ppo = PPO(EnvSpec(obs_dim=4, discrete=True, num_actions=2), hidden=(16,))
@@ -42,6 +47,7 @@ from actorq.algos.on_policy import (
     behaviour_correction,
     gae,
     rollout_fields,
+    vtrace,
 )
 from actorq.envs import EnvSpec
 
@@ -75,7 +81,8 @@ class PPO(OnPolicyLearner):
         scale_rewards: divide rewards by the running standard deviation of the discounted
             return (:class:`~actorq.algos.on_policy.RewardScaler`).
         importance_weight_cap: ``C``, where ``pi_prox / mu`` is truncated.
-        gamma, final_lr_fraction: see :class:`~actorq.algos.on_policy.OnPolicyLearner`.
+        gamma, final_lr_fraction, max_policy_lag: see
+            :class:`~actorq.algos.on_policy.OnPolicyLearner`.
     """
 
     action_space = "any"
@@ -161,23 +168,30 @@ class PPO(OnPolicyLearner):
     def prepare(self, rollout: TensorDictBase) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """What the epochs train on, one row per step of the rollout ``[envs, T]``: the
         normalized ``observation``, the ``action``, ``pi_prox``'s log-probability of it
-        (``prox_log_prob``), the GAE ``advantage`` and ``return`` from fp32 values, and the
-        truncated importance ``weight``; and the correction's logged terms
-        (:func:`~actorq.algos.on_policy.behaviour_correction`)."""
+        (``prox_log_prob``), the ``advantage`` and the value target ``return`` from fp32
+        values (GAE in lock-step; V-trace with rho-bar = c-bar = 1 when the actors collect
+        asynchronously), and the truncated importance ``weight``; and the correction's
+        logged terms (:func:`~actorq.algos.on_policy.behaviour_correction`)."""
         step = rollout_fields(rollout)
         observation = self.policy.normalizer(step["observation"])
         value = self.value(observation).squeeze(-1)
         next_value = self.value(self.policy.normalizer(step["next_observation"])).squeeze(-1)
         prox_log_prob = self.policy.head.log_prob(self.policy.trunk(observation), step["action"])
         reward = step["reward"] if self.reward_scaler is None else self.reward_scaler(step["reward"], step["done"])
-        advantage = gae(reward, value, next_value, step["terminated"], step["done"], self.gamma, self.gae_lambda)
+        ends = step["terminated"], step["done"]
+        if self.asynchronous:  # mu lags pi_prox by versions too: V-trace's truncated traces
+            returns, advantage = vtrace(prox_log_prob - step["log_prob"], reward, value, next_value, *ends,
+                                        self.gamma, self.gae_lambda)
+        else:
+            advantage = gae(reward, value, next_value, *ends, self.gamma, self.gae_lambda)
+            returns = advantage + value
         correction = behaviour_correction(prox_log_prob, step["log_prob"], self.importance_weight_cap)
         steps = {
             "observation": observation.reshape(-1, observation.shape[-1]),
             "action": step["action"].reshape(-1, *step["action"].shape[2:]),
             "prox_log_prob": prox_log_prob.reshape(-1),
             "advantage": advantage.reshape(-1),
-            "return": (advantage + value).reshape(-1),
+            "return": returns.reshape(-1),
             "weight": correction.pop("weight").reshape(-1),
         }
         return steps, correction

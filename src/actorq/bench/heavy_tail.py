@@ -1,9 +1,12 @@
-"""A sleep-bound env with heavy-tailed step times, for the lock-step benchmark.
+"""Sleep-bound envs with heavy-tailed step times, for the lock-step benchmarks.
 
 ``"heavy-tail"`` (suite ``heavy_tail``) takes :data:`FAST_S` per step, and :data:`SLOW_S`
 with probability :data:`SLOW_P` (seeded): the shape of envs whose steps now and then stall
 (a physics solver that struggles, a simulator behind a network). ``"heavy-tail-F-S"`` takes
-F ms per step and S ms now and then (:func:`heavy_tail_name`). Its steps sleep, so many
+F ms per step and S ms now and then (:func:`heavy_tail_name`). ``"heavy-tail-cartpole"`` is
+CartPole-v1 whose steps take :data:`CARTPOLE_FAST_S`, and :data:`CARTPOLE_SLOW_S` with
+probability :data:`SLOW_P` (the case study's shape: most steps ~3 ms, some ~100 ms): a task
+that can be learned, for on-policy training against a lock-step vectorized env. Its steps sleep, so many
 actors of it fit on a few cores, as long as the collector's own work per step (a fraction of
 a millisecond of CPU) stays small beside the sleep.
 
@@ -29,8 +32,10 @@ from actorq.envs import EnvSuite, register_suite, suites
 from actorq.envs.gymnasium import GymnasiumEnvs
 
 FAST_S, SLOW_S, SLOW_P = 0.003, 0.300, 0.01
+CARTPOLE_FAST_S, CARTPOLE_SLOW_S = 0.003, 0.100
 EPISODE = 100
 _NAME = re.compile(r"heavy-tail(?:-(\d+)-(\d+))?")
+CARTPOLE = "heavy-tail-cartpole"
 
 
 def heavy_tail_name(fast_ms: int, slow_ms: int) -> str:
@@ -71,17 +76,40 @@ class HeavyTail(gymnasium.Env):
         return np.array([self.t], dtype=np.float32), 0.0, False, self.t >= EPISODE, {}
 
 
+class HeavyTailCartPole(gymnasium.Wrapper):
+    """CartPole-v1 whose every step sleeps ``fast_s``, or ``slow_s`` with probability
+    :data:`SLOW_P` (drawn from its own generator, seeded at ``reset(seed=...)``)."""
+
+    def __init__(self, fast_s: float = CARTPOLE_FAST_S, slow_s: float = CARTPOLE_SLOW_S):
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self.fast_s, self.slow_s = fast_s, slow_s
+        self.stalls = np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.stalls = np.random.default_rng(seed + 1_000_003)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        time.sleep(self.slow_s if self.stalls.random() < SLOW_P else self.fast_s)
+        return self.env.step(action)
+
+
+def _make_gym(env_name: str) -> gymnasium.Env:
+    return HeavyTailCartPole() if env_name == CARTPOLE else HeavyTail(*step_times(env_name))
+
+
 class HeavyTailSuite(EnvSuite):
     name = "heavy_tail"
 
     def names(self):
-        return ["heavy-tail"]
+        return ["heavy-tail", CARTPOLE]
 
     def knows(self, env_name):
-        return _NAME.fullmatch(env_name) is not None
+        return env_name == CARTPOLE or _NAME.fullmatch(env_name) is not None
 
     def make(self, env_name, seed):
-        env = TransformedEnv(GymWrapper(HeavyTail(*step_times(env_name))), Compose(RewardSum()))
+        env = TransformedEnv(GymWrapper(_make_gym(env_name)), Compose(RewardSum()))
         if seed is not None:
             env.set_seed(seed)
         return env
@@ -89,7 +117,7 @@ class HeavyTailSuite(EnvSuite):
     def make_raw(self, env_name, num_envs):
         # The lean path, as actors run real envs: the benchmark then times the collection
         # scheme, not TorchRL's per-step transforms in 8 processes on a few cores.
-        return GymnasiumEnvs(env_name, num_envs, make=partial(HeavyTail, *step_times(env_name)))
+        return GymnasiumEnvs(env_name, num_envs, make=partial(_make_gym, env_name))
 
 
 if HeavyTailSuite.name not in suites():  # workers import this module when they unpickle the policy

@@ -266,6 +266,8 @@ class Experience(L.LightningDataModule):
                 seed=self.seed + self.clock.frames,
                 writer=self.writer if self.writer is not None and self.writer.in_workers else None,
                 frames_done=self.clock.frames,
+                # A rollout waiting for the learner ages by a policy version per batch trained.
+                **({"waiting_batches": 1} if self.kind == "rollout" else {}),
             )
         return self.actors
 
