@@ -122,7 +122,20 @@ SUITE = {
         ours=("env=walker_walk", "algo=d4pg", *ACME_D4PG),
         eval_every=10_000, estimate_s=540.0,
     ),
+    # RL Zoo's tuned PPO for CartPole-v1 (conf/experiment/ppo_cartpole.yaml); ReLU units on
+    # both sides (actorq's trunks are ReLU). SB3 on DummyVecEnv: its 8 CartPoles step faster in
+    # its own process than behind SubprocVecEnv's pipes (docs/results.md measures both).
+    "ppo_cartpole": Task(
+        "ppo_cartpole", "CartPole-v1", 100_000,
+        ours=("+experiment=ppo_cartpole",),
+        peer="PPO",
+        peer_kwargs=dict(n_envs=8, vec_env="dummy", n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8,
+                         gamma=0.98, ent_coef=0.0, learning_rate="lin_1e-3", clip_range="lin_0.2",
+                         policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="relu")),
+        eval_every=10_000, estimate_s=60.0,
+    ),
 }
+ON_POLICY = {"ppo_cartpole"}  # no replay: no learning_starts to shorten in a quick budget
 @dataclass(frozen=True)
 class Budget:
     """A cell's frame budget and evaluation schedule, the same for every implementation."""
@@ -198,7 +211,7 @@ def run_ours(task: Task, bits: int, seed: int, budget: Budget, run_dir: Path) ->
                  f"actors.total_frames={budget.frames}", f"eval.every_frames={budget.eval_every}",
                  f"eval.episodes={budget.eval_episodes}", "callbacks=no_checkpoint", "~callbacks.carbon",
                  "trainer.enable_progress_bar=false"]
-    if budget.learning_starts is not None:
+    if budget.learning_starts is not None and task.name not in ON_POLICY:
         overrides += [f"algo.learning_starts={budget.learning_starts}",
                       f"actors.init_random_frames={budget.learning_starts}"]
     with initialize_config_module("actorq.conf", version_base="1.3"):

@@ -15,11 +15,16 @@ import time
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3 import DQN, SAC, TD3
+import torch
+from stable_baselines3 import DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-ALGORITHMS = {"DQN": DQN, "SAC": SAC, "TD3": TD3}
+ALGORITHMS = {"DQN": DQN, "SAC": SAC, "TD3": TD3, "PPO": PPO}
+VEC_ENVS = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
+ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
 EVAL_SEED_OFFSET = 10_000  # as actorq.callbacks.evaluation.Evaluation's
 
 
@@ -33,12 +38,15 @@ class ScheduledEvaluation(BaseCallback):
         self.every, self.episodes, self.seed = every, episodes, seed
         self.curve: list[dict] = []
         self.started = 0.0
+        self.evaluated = 0
 
     def _on_training_start(self) -> None:
         self.started = time.perf_counter()
 
     def _on_step(self) -> bool:
-        if self.num_timesteps % self.every == 0:
+        # A vectorized env counts n_envs frames a step: evaluate on crossing a multiple.
+        if self.num_timesteps // self.every > self.evaluated:
+            self.evaluated = self.num_timesteps // self.every
             self.evaluate()
         return True
 
@@ -67,6 +75,8 @@ def make_model(task, seed: int, budget):
     """SB3's algorithm for ``task`` with the task's settings (``action_noise_std`` becomes
     SB3's Gaussian action noise)."""
     kwargs = dict(task.peer_kwargs)
+    if task.peer == "PPO":
+        return make_on_policy_model(task, seed, kwargs)
     env = gym.make(task.env_id)
     noise_std = kwargs.pop("action_noise_std", None)
     if noise_std is not None:
@@ -77,6 +87,30 @@ def make_model(task, seed: int, budget):
     if task.peer == "DQN":  # its schedule is a fraction of the budget: keep it in frames
         kwargs["exploration_fraction"] = min(1.0, kwargs["exploration_fraction"] * task.frames / budget.frames)
     return ALGORITHMS[task.peer]("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+
+
+def make_on_policy_model(task, seed: int, kwargs: dict):
+    """SB3's PPO on ``n_envs`` envs behind the ``vec_env`` named (``dummy``: in this process,
+    ``subproc``: a process each), with RL Zoo's ``lin_X`` schedules as SB3 callables."""
+    env = make_vec_env(task.env_id, n_envs=kwargs.pop("n_envs"), seed=seed, vec_env_cls=VEC_ENVS[kwargs.pop("vec_env")])
+    for name in ("learning_rate", "clip_range"):
+        value = kwargs.get(name)
+        if isinstance(value, str) and value.startswith("lin_"):
+            kwargs[name] = linear_schedule(float(value[4:]))
+    policy_kwargs = dict(kwargs.pop("policy_kwargs", {}))
+    if "activation_fn" in policy_kwargs:
+        policy_kwargs["activation_fn"] = ACTIVATIONS[policy_kwargs["activation_fn"]]
+    return PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, policy_kwargs=policy_kwargs, **kwargs)
+
+
+class linear_schedule:  # noqa: N801 - an SB3 schedule is a callable of the progress remaining
+    """``start * progress_remaining`` (RL Zoo's ``lin_X``), a class so the model pickles."""
+
+    def __init__(self, start: float):
+        self.start = start
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.start * progress_remaining
 
 
 def run_peer(task, seed: int, budget) -> dict:

@@ -218,4 +218,4 @@ def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():
     rollout["policy_version"][1, :5] = 2  # three: dropped, counted
     assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.learner_steps == 2
     assert learner.stale_frames == ENVS * STEPS and learner.log_values()["collect/stale_frames"] == ENVS * STEPS
-    assert learner.counters() == {"stale_frames": ENVS * STEPS}
+    assert learner.counters()["stale_frames"] == ENVS * STEPS

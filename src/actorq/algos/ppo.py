@@ -236,7 +236,14 @@ class PPO(OnPolicyLearner):
         terms = {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(), "entropy": entropy.detach()}
         return loss, terms, ratio.detach()
 
-    # --- the correction over the run (summary.json) ---------------------------------------
+    # --- the correction over the run (summary.json; a resumed run's totals go on) ----------
+
+    def counters(self) -> dict:
+        return {**super().counters(), "behaviour_correction": dict(self.correction_totals)}
+
+    def restore_counters(self, state: dict) -> None:
+        super().restore_counters(state)
+        self.correction_totals = dict(state.get("behaviour_correction", {}))
 
     def _tally(self, values: dict[str, torch.Tensor]) -> None:
         totals = self.correction_totals
