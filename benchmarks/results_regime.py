@@ -30,6 +30,10 @@ from benchmarks.results_machine import machine
 PROBE_FRAMES = 20_480  # 80 batches of 256: the rate settles well inside it for every task
 QUICK_PROBE_FRAMES = 2_048
 PRECISIONS = {"fp32": 32, "int8": 8}
+# Tasks of on-policy learners: they collect in lock-step, a round of the actors and then the
+# learner's updates, so a run goes at 1 / (1/actors + 1/learner), not at the slower of the
+# two as asynchronous collection does; the probe measures the latter.
+ON_POLICY = {"ppo_cartpole"}
 
 
 def probe_path(out_dir: Path, task: str) -> Path:
@@ -104,7 +108,7 @@ def task_regime(probe_result: dict | None, cells: list[dict]) -> dict | None:
     return entry
 
 
-def describe(entry: dict | None) -> str:
+def describe(entry: dict | None, task: str | None = None) -> str:
     """One Markdown line: both sides, the prediction and the measurement.
 
     Example:
@@ -115,6 +119,9 @@ def describe(entry: dict | None) -> str:
         frame = 80 frames/s, so the fp32 run is learner-bound: predicted int8/fp32 frames/s 1.00x,
         measured 0.97x (whole cells, start-up and evaluations included)'
     """
+    if task in ON_POLICY:
+        return ("Regime map: not for this task (on-policy, lock-step: collection and updates take turns; "
+                "docs/algorithms/ppo.md has its cost split)")
     if entry is None:
         return "Regime map: not probed yet (needs the task's probe and its fp32 cells)"
     actors, measured = entry["actor_fps"], entry["measured_speedup"]

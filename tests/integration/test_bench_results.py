@@ -69,3 +69,19 @@ def test_results_summarize_only_rebuilds_from_cells(tmp_path):
     document = results.main(["--summarize-only", "--out-dir", str(copy)])
     assert document["tasks"] == json.loads((source / "results.json").read_text())["tasks"]
     assert (copy / "results.md").read_text() == (source / "results.md").read_text()
+
+
+def test_the_ppo_peer_is_sb3s_ppo_with_the_tasks_settings_on_its_vec_env():
+    """The PPO cells' peer, built (not trained): RL Zoo's CartPole settings in SB3's names,
+    the lin_ schedules as callables, ReLU units, 8 envs in this process."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from benchmarks.results_peer import make_on_policy_model
+
+    task = results.SUITE["ppo_cartpole"]
+    model = make_on_policy_model(task, 0, dict(task.peer_kwargs))
+    assert isinstance(model.get_env(), DummyVecEnv) and model.get_env().num_envs == 8
+    assert (model.n_steps, model.batch_size, model.n_epochs, model.gamma, model.gae_lambda) == (32, 256, 20, 0.98, 0.8)
+    assert model.learning_rate(0.5) == pytest.approx(5e-4) and model.clip_range(0.25) == pytest.approx(0.05)
+    assert [type(m).__name__ for m in model.policy.mlp_extractor.policy_net] == ["Linear", "ReLU", "Linear", "ReLU"]
+    assert task.peer_kwargs["vec_env"] == "dummy"  # the one measured faster here (docs/results.md)
