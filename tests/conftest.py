@@ -28,17 +28,6 @@ def pytest_unconfigure(config):
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): each test file runs on one
-    worker, so a module's shared run (one training run read by several tests) happens once,
-    and every file that starts a Ray cluster (a test marked ``ray``) runs on the same worker,
-    so two clusters never start at once."""
-    files_with_ray = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("ray")}
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("ray" if path in files_with_ray else path))
-
-
 def pytest_sessionfinish(session, exitstatus):
     """A run that collected no test is a failure (exit 1), never a silent pass."""
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
@@ -66,3 +55,13 @@ TINY = (
     "eval.episodes=1",
 )
 """Overrides that make any experiment finish in seconds (a smoke run, not a learning run)."""
+
+TINY_ON_POLICY = (
+    "actors.total_frames=512",
+    "actors.frames_per_batch=128",
+    "algo.epochs=2",
+    "algo.minibatch_size=64",
+    "eval.every_frames=256",
+    "eval.episodes=1",
+)
+""":data:`TINY` for an on-policy experiment (no replay: no learning starts, no random frames)."""

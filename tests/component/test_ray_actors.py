@@ -18,8 +18,6 @@ from tests.component.fault_envs import ConstantAction
 from tests.conftest import TINY
 from tests.helpers import is_service, scalars
 
-pytestmark = pytest.mark.ray
-
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 # Ray's token authentication is for clusters reachable from other machines; this one is not.
@@ -50,10 +48,10 @@ def cluster(monkeypatch_module):
     address = "127.0.0.1:6389"
     start = [RAY, "start", "--disable-usage-stats"]
     try:
-        subprocess.run([*start, "--head", f"--port={address.split(':')[1]}", "--num-cpus=1",
-                        "--include-dashboard=false"], env=RAY_ENV, check=True, capture_output=True, timeout=120)
-        subprocess.run([*start, f"--address={address}", "--num-cpus=2", '--resources={"actor_node": 2}'],
-                       env=RAY_ENV, check=True, capture_output=True, timeout=120)
+        for command in ([*start, "--head", f"--port={address.split(':')[1]}", "--num-cpus=1", "--include-dashboard=false"],
+                        [*start, f"--address={address}", "--num-cpus=2", '--resources={"actor_node": 2}']):
+            started = subprocess.run(command, env=RAY_ENV, capture_output=True, text=True, timeout=120)
+            assert started.returncode == 0, f"{' '.join(command[1:])}:\n{started.stdout[-2000:]}\n{started.stderr[-2000:]}"
         yield address
     finally:
         if ray.is_initialized():

@@ -71,7 +71,6 @@ def test_regime_benchmark_predicts_a_grid_and_checks_it_with_real_runs(tmp_path)
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.ray
 def test_scaleout_benchmark_times_learner_ranks_backends_broadcasts_and_lock_step(tmp_path):
     out = tmp_path / "s.json"
     tables = scaleout.main(["--quick", "--out", str(out)])

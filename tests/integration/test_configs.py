@@ -52,7 +52,7 @@ def test_every_experiment_composes_with_a_known_env_and_algo(make_cfg, name):
     assert cfg.env.library in suites() and suites()[cfg.env.library].knows(cfg.env.name)
     assert cfg.algo._target_.startswith("actorq.algos.")
     make_learner = instantiate(cfg.algo)
-    assert make_learner.func.action_space in {"discrete", "continuous"}
+    assert make_learner.func.action_space in {"discrete", "continuous", "any"}
 
 
 @pytest.mark.parametrize("option", options("env"))

@@ -68,10 +68,9 @@ def run_with(folder: Path, *overrides: str):
 # Ray started by the run itself (actors.ray.address=local), its actors taking no CPU of their own.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 BACKENDS = {"process": (), "ray": ("actors.backend=ray", "actors.ray.num_cpus=0")}
-PARAMS = [pytest.param(backend, marks=[pytest.mark.ray] if backend == "ray" else []) for backend in BACKENDS]
 
 
-@pytest.mark.parametrize("backend", PARAMS)
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_two_actor_workers_step_a_suite_named_by_env_module(suite_folder, backend):
     result, run_dir = run_with(suite_folder, "env.module=[corridor_suite,witness]", *BACKENDS[backend])
     assert result.returncode == 0, result.stderr[-3000:]
