@@ -219,3 +219,14 @@ def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():
     assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.learner_steps == 2
     assert learner.stale_frames == ENVS * STEPS and learner.log_values()["collect/stale_frames"] == ENVS * STEPS
     assert learner.counters()["stale_frames"] == ENVS * STEPS
+
+
+def test_the_env_clips_the_unbounded_actions_a_gaussian_policy_samples():
+    """MountainCarContinuous charges 0.1 * action**2 on the action it is given: stepped with
+    100, the lean env's clip to [-1, 1] keeps the charge at 0.1, not 1000."""
+    from actorq.envs import make_batched_env
+
+    env = make_batched_env("MountainCarContinuous-v0", 2, seed=0)
+    env.reset()
+    step = env.step_numpy(np.array([[100.0], [-100.0]], dtype=np.float32))
+    assert step.reward.ravel().tolist() == pytest.approx([-0.1, -0.1])
