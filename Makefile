@@ -42,11 +42,11 @@ run: install
 	$(PY) -m actorq -m +experiment=dqn_cartpole quant.bits=32,8 hydra.sweep.dir=$(RUN_SWEEP)
 	$(PY) -m actorq.report $(RUN_SWEEP)
 
-# One test process: on two workers (`pytest -n 2 --dist loadfile`, pytest-xdist is in the dev
-# extras) the suite takes ~13 min instead of ~22 here, but load-sensitive tests (actor faults,
-# Ray kills) failed in 2 of 5 such runs; they must be made load-proof before CI uses it.
+# Two test workers, one torch thread each: most of the suite waits on process start-ups and
+# on learners that keep one core busy, so two share a 2-core machine. Each file stays on one
+# worker, so a module's shared run (one training run read by several tests) happens once.
 test: install-dev
-	$(PY) -m pytest --durations=25
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile --durations=25
 	$(PY) -m mkdocs build --strict --site-dir .site
 
 # `make check`: the quick tier (a few minutes): lint, tests/unit and the doctests of src/actorq.

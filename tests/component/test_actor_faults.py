@@ -137,6 +137,33 @@ def test_a_killed_worker_is_restarted_with_the_current_weights(no_stray_workers,
 
 
 @pytest.mark.timeout(120)
+def test_a_worker_killed_while_its_first_batch_waits_is_restarted(no_stray_workers, caplog):
+    """A worker's first batch carries its data, which the learner reads through that worker's
+    process. Worker 0 stalls at its first step while worker 1 fills the hand-over, so worker
+    0's first batch waits unread; killed then, that batch cannot be read. It once ended the
+    run with ``ConnectionResetError`` (seen in CI under load); now it is a worker failure:
+    the batch counts as dropped, the workers restart, the budget is met."""
+    pool = ActorPool(ActorSpec("stall-w0-s0", num_workers=2, frames_per_batch=50, total_frames=800,
+                               library="faults", max_restarts=1), ConstantAction())
+    try:
+        with caplog.at_level(logging.WARNING, logger="actorq.actors.pool"):
+            for index, _ in enumerate(pool):
+                if index == 0:
+                    deadline = time.monotonic() + 60
+                    while int(pool.collector.produced[0]) < 50 and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                    time.sleep(1.0)  # its hand-over is done; the receiver, full, does not read it
+                    os.kill(pool.collector.procs[0].pid, signal.SIGKILL)
+    finally:
+        pool.shutdown()
+    [record] = [r for r in caplog.records if "restarting" in r.getMessage()]
+    assert "actor worker 0 failed (killed by signal SIGKILL)" in record.getMessage()
+    assert pool.restarts == 1
+    assert pool.dropped_frames == 50
+    assert pool.frames == 800
+
+
+@pytest.mark.timeout(120)
 def test_a_restart_keeps_the_batches_the_other_workers_collected(no_stray_workers):
     """Three workers behind a slow learner, so the others' batches wait in the hand-over
     queue when one is killed. A restart used to throw those complete batches away (counted
