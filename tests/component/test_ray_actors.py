@@ -15,7 +15,7 @@ from actorq.actors.base import ActorSpec
 from actorq.actors.ray_pool import RayActorPool
 from actorq.train import train
 from tests.component.fault_envs import ConstantAction
-from tests.conftest import TINY
+from tests.conftest import TINY, TINY_ON_POLICY
 from tests.helpers import scalars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,21 +128,23 @@ def worker_of(batch) -> int:
 @pytest.mark.timeout(300)
 def test_asynchronous_actors_keep_delivering_while_one_stalls_and_lock_step_waits_for_it(cluster):
     """Worker 1's env sleeps ``STALL_S`` at its step 60 (in its second batch). Asynchronous
-    collection hands over worker 0's batches meanwhile; lock-step rounds hold one batch of
-    each worker, so worker 0 waits."""
-    order = {}
+    collection hands over worker 0's batches meanwhile; a lock-step round is one batch of
+    every worker (``[workers, T]``), so worker 0 waits."""
+    workers = {}
     for sync in (False, True):
         pool = RayActorPool(ActorSpec("stall-w1-s60", num_workers=2, frames_per_batch=50, total_frames=800,
                             library="faults", collection="lockstep" if sync else "async"), ConstantAction(1.0),
                             address=cluster, resources={"actor_node": 1})
         try:
-            order[sync] = [worker_of(batch) for batch in pool]
+            workers[sync] = [batch["observation"][..., 0].long() for batch in pool]
         finally:
             pool.shutdown()
         assert pool.frames == 800
-    assert all(sorted(order[True][i:i + 2]) == [0, 1] for i in range(0, 16, 2)), order[True]
-    longest_run_of_worker_0 = max(len(run) for run in "".join(map(str, order[False])).split("1"))
-    assert longest_run_of_worker_0 >= 5, order[False]
+    assert len(workers[True]) == 8 and all(rows.shape == (2, 50) for rows in workers[True])
+    assert all(rows[:, 0].tolist() == [0, 1] and (rows == rows[:, :1]).all() for rows in workers[True])
+    order = [int(rows.unique()) for rows in workers[False]]
+    longest_run_of_worker_0 = max(len(run) for run in "".join(map(str, order)).split("1"))
+    assert longest_run_of_worker_0 >= 5, order
 
 
 @pytest.mark.timeout(300)
@@ -161,3 +163,24 @@ def test_a_run_with_int8_ray_actors_on_another_node_broadcasts_the_int8_payload(
     fp32_bytes = sum(p.nbytes for p in objects["learner"].behaviour_network.parameters())
     assert payload_bytes <= pool.broadcast_bytes <= payload_bytes + 256
     assert pool.broadcast_bytes < 0.5 * fp32_bytes
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collection", ["lockstep", "async"])
+def test_ppo_with_int8_ray_actors_on_another_node(cluster, make_cfg, tmp_path, collection):
+    """PPO through ``actors.backend=ray`` with int8 actors recording their log-probabilities.
+    Lock-step: each rollout is one round of both actors (2 x 8 envs), every one collected with
+    the policy pushed last (lag 0). Asynchronous: each rollout is one actor's batch, trained
+    with V-trace whatever its lag. Both measure the int8 behaviour policy (KL > 0)."""
+    cfg = make_cfg("+experiment=ppo_cartpole", *TINY_ON_POLICY, "quant.bits=8", "callbacks=no_checkpoint",
+                   "~callbacks.carbon", "actors.num_workers=2", "actors.backend=ray", f"actors.collection={collection}",
+                   f"actors.ray.address={cluster}", "actors.ray.resources={actor_node:1}")
+    summary, objects = train(cfg)
+    assert summary["status"] == "completed" and summary["frames"] == 512
+    assert isinstance(objects["experience"].actors, RayActorPool)
+    correction = summary["behaviour_correction"]
+    assert correction["rollouts"] == (2 if collection == "lockstep" else 4)
+    assert correction["kl_behaviour"] > 0
+    lags = [value for _, value in scalars(tmp_path / "tb")["collect/policy_lag"]]
+    assert len(lags) == correction["rollouts"]
+    assert (lags == [0, 0]) if collection == "lockstep" else max(lags) <= 4, lags

@@ -140,7 +140,7 @@ class ActorSpec:
 
     @property
     def batch_frames(self) -> int:
-        """Frames in each batch a pool of local processes yields (:func:`batch_frames`)."""
+        """Frames in each batch a pool yields (:func:`batch_frames`)."""
         return batch_frames(self.frames_per_batch, self.num_workers, self.collection)
 
     def worker_env(self) -> partial:
@@ -149,16 +149,14 @@ class ActorSpec:
                        self.lean_envs, self.env_modules)
 
 
-def batch_frames(frames_per_batch: int, num_workers: int, collection: str, backend: str = "process") -> int:
-    """Frames in each batch a pool yields: one worker's batch, or in lock-step collection of
-    local processes one round of every worker's (Ray actors hand a round over one batch at a
-    time).
+def batch_frames(frames_per_batch: int, num_workers: int, collection: str) -> int:
+    """Frames in each batch a pool yields: one worker's batch, or in lock-step collection one
+    round of every worker's.
 
-    >>> batch_frames(100, 4, "lockstep"), batch_frames(100, 4, "async"), batch_frames(100, 4, "lockstep", "ray")
-    (400, 100, 100)
+    >>> batch_frames(100, 4, "lockstep"), batch_frames(100, 4, "async")
+    (400, 100)
     """
-    rounds = collection == "lockstep" and backend == "process"
-    return frames_per_batch * (num_workers if rounds else 1)
+    return frames_per_batch * (num_workers if collection == "lockstep" else 1)
 
 
 class ActorPoolBase:

@@ -174,18 +174,10 @@ class _Collector(adapter.HandOverCollector):
     def nothing_arrived(self) -> None:
         self.check_workers()
 
-    def _get_from_queue(self, timeout=None):
-        try:
-            return super()._get_from_queue(timeout=timeout)
-        except (ConnectionError, EOFError, FileNotFoundError) as error:
-            # A worker's first batch carries its data, which the learner reads through that
-            # worker's process: killed before the read, the batch cannot be read (it is
-            # counted as dropped) and the dead worker is reported instead.
-            self._report_dead_worker(error)
-
-    def _report_dead_worker(self, error: BaseException, wait_s: float = 5.0) -> NoReturn:
-        """Raises :class:`_WorkerFailed` for the worker whose death caused ``error`` (its exit
-        is seen a moment after its connection breaks), or ``error`` if none has died."""
+    def unreadable_batch(self, error: BaseException, wait_s: float = 5.0) -> NoReturn:
+        """Raises :class:`_WorkerFailed` for the worker whose death made a batch unreadable
+        (its exit is seen a moment after its connection breaks), or ``error`` if none died.
+        The batch is counted as dropped (its worker had counted it as produced)."""
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             self.check_workers()

@@ -4,7 +4,8 @@ worker env and policy as a local actor process (``actors.backend=ray``, extra ``
 The learner keeps ``requests_in_flight`` batch requests queued at each actor, so an actor
 starts its next batch the moment it hands one over, and takes whichever batch is ready
 first: a slow actor never stalls the others (``collection="lockstep"``: lock-step rounds, one batch of
-every actor, each round as slow as its slowest actor). A broadcast puts the policy's
+every actor collected with the weights pushed last, handed over as one batch, each round as
+slow as its slowest actor). A broadcast puts the policy's
 parameters and buffers (for an int8 actor policy: the int8 payload) in Ray's object store
 once and queues a load of them at every actor, behind the batches already asked of it; the
 learner does not wait for the loads. Ray actors may live on other machines, so they never
@@ -22,8 +23,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError, batch_frames
-from actorq.actors.pool import set_worker_index
+from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError
+from actorq.actors.pool import merge_round, set_worker_index
 from actorq.actors.rollout import LeanCollector
 from actorq.util.errors import ConfigError
 
@@ -71,9 +72,10 @@ class RayActorPool(ActorPoolBase):
 
     Args:
         spec: what to collect (:class:`~actorq.actors.base.ActorSpec`). Its ``collection``:
-            ``"lockstep"`` rounds wait for a batch from every actor before any actor is asked
-            for its next (the slowest actor sets the pace), and hand the round's batches over
-            one at a time; ``"async"`` hands the learner whichever batch is ready first.
+            ``"lockstep"`` rounds: every actor's batch, collected with the weights pushed last,
+            handed over as one batch; the next round is asked for only when the learner asks
+            for it (the slowest actor sets the pace); ``"async"`` hands the learner whichever
+            batch is ready first.
         policy: the actor-side policy; a copy lives in every actor.
         address: the Ray cluster: ``"local"`` starts one on this machine for the run,
             ``"auto"`` joins the one ``ray start`` runs here, else a cluster's address.
@@ -150,26 +152,36 @@ class RayActorPool(ActorPoolBase):
 
     def __len__(self) -> int:
         spec = self.spec
-        return -(-spec.total_frames // batch_frames(spec.frames_per_batch, spec.num_workers, spec.collection, "ray"))
+        return -(-spec.total_frames // spec.batch_frames)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
+        if self.sync:
+            yield from self._lockstep()
+            return
         for _ in range(self.requests_in_flight):
             for index in range(self.spec.num_workers):
                 self._request(index)
-        while self._pending:
-            if self.sync:  # lock-step: the whole round arrives before any actor is asked again
-                round_ = list(self._pending.items())
-                self._pending.clear()
-                batches = [self._collect(request, *asked) for request, asked in round_]
-                for _, (index, _) in round_:
-                    self._request(index)
-                yield from batches
-            else:  # whichever batch is ready first
-                [request], _ = self.ray.wait(list(self._pending), num_returns=1)
-                index, random_actions = self._pending.pop(request)
-                batch = self._collect(request, index, random_actions)
+        while self._pending:  # whichever batch is ready first
+            [request], _ = self.ray.wait(list(self._pending), num_returns=1)
+            index, random_actions = self._pending.pop(request)
+            batch = self._collect(request, index, random_actions)
+            self._request(index)
+            yield batch
+
+    def _lockstep(self) -> Iterator[TensorDictBase]:
+        """Rounds of every actor's batch, each yielded as one batch ``[envs, T]``. A round is
+        asked for when the learner asks for its batch, after it trained on the last round and
+        pushed: the push's loads run before the round's requests at every actor (an actor runs
+        its calls in order), so every batch of a round is collected with the weights pushed
+        last."""
+        while True:
+            for index in range(self.spec.num_workers):
                 self._request(index)
-                yield batch
+            if not self._pending:
+                return
+            round_ = list(self._pending.items())
+            self._pending.clear()
+            yield merge_round([self._collect(request, *asked) for request, asked in round_])
 
     def _request(self, index: int) -> None:
         """Asks actor ``index`` for its next batch, unless the batches asked for already

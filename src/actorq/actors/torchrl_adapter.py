@@ -156,6 +156,10 @@ def failed_worker(error: BaseException) -> tuple[int, int] | None:
 
 # --- the learner's side of a multi-process collector -------------------------------------
 
+# What reading a batch raises when the worker that handed it over has died.
+UNREADABLE = (ConnectionError, EOFError, FileNotFoundError)
+
+
 class HandOverCollector(MultiAsyncCollector):
     """TorchRL's ``MultiAsyncCollector`` with the hooks an actor pool needs, each in place of
     a private TorchRL behaviour:
@@ -163,7 +167,8 @@ class HandOverCollector(MultiAsyncCollector):
     - the hand-over queue holds one batch per worker (TorchRL's holds one, and a worker whose
       put times out after a second throws its batch away);
     - :meth:`batch_arrived` runs for every batch the moment it arrives, and
-      :meth:`nothing_arrived` whenever a wait for one times out;
+      :meth:`nothing_arrived` whenever a wait for one times out, :meth:`unreadable_batch` when
+      one cannot be read (its worker died);
     - an exception of a type in :attr:`raised_without_shutdown` leaves the workers running
       (TorchRL's ``__iter__`` shuts them down on any exception);
     - weights are sent without waiting for the workers (:meth:`wait_for_weights` waits for
@@ -231,6 +236,9 @@ class HandOverCollector(MultiAsyncCollector):
         except (queue.Empty, TimeoutError):
             self.nothing_arrived()
             raise
+        except UNREADABLE as error:
+            self.unreadable_batch(error)
+            raise
         self.batch_arrived(idx, out)
         return idx, j, out
 
@@ -254,6 +262,11 @@ class HandOverCollector(MultiAsyncCollector):
 
     def nothing_arrived(self) -> None:
         """Runs when a wait for a batch timed out."""
+
+    def unreadable_batch(self, error: BaseException) -> None:
+        """Runs when a handed-over batch cannot be read (``error``, then raised): a worker's
+        first batch carries its data, which the learner reads through that worker's process,
+        so a worker killed before the read leaves its batch unreadable."""
 
     def send_weights(self, weights: TensorDictBase) -> None:
         """Sends ``weights`` to every worker without waiting for them to take them."""

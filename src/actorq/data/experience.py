@@ -144,7 +144,7 @@ class Experience(L.LightningDataModule):
         self.total_frames = int(make_actors.keywords["total_frames"])
         actors = make_actors.keywords
         self.frames_per_batch = batch_frames(actors.get("frames_per_batch", 1), actors.get("num_workers", 1),
-                                             actors.get("collection", "async"), actors.get("backend", "process"))
+                                             actors.get("collection", "async"))
         self.policy_version = 0
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
