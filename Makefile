@@ -46,7 +46,7 @@ run: install
 # on learners that keep one core busy, so two share a 2-core machine. Each file stays on one
 # worker, so a module's shared run (one training run read by several tests) happens once.
 test: install-dev
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile --durations=25
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 	$(PY) -m mkdocs build --strict --site-dir .site
 
 # `make check`: the quick tier (a few minutes): lint, tests/unit and the doctests of src/actorq.
