@@ -333,3 +333,35 @@ def test_actor_policy_of_sac_samples_from_its_quantized_actor():
     assert policy.stochastic
     actions = policy(torch.zeros(500, CONTINUOUS.obs_dim))
     assert actions.abs().max() <= 1.0 and actions.std(0).min() > 0.1  # one observation, many actions
+
+
+STATIC_SPECS = [spec for spec in INT8_SPECS if spec.mode == "static"]
+
+
+@pytest.mark.parametrize("spec", STATIC_SPECS, ids=lambda spec: spec.describe() + " " + spec.observer + " " + spec.calibration)
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "layer-norm"])
+def test_the_int8_static_payload_is_what_torch_ao_converts(spec, norm, observations):
+    """The payload is read from the calibrated observers without torch.ao's conversion (which
+    packs every weight for a kernel, then had to be unpacked): the same codes, scales, zero
+    points, biases and activation qparams as the converted modules hold, bit for bit."""
+    from actorq.quant import _ao
+    from actorq.quant.codecs.int8_static import Int8Static
+
+    torch.manual_seed(2)
+    layers = [nn.Linear(17, 32), *([nn.LayerNorm(32)] if norm else []), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+              nn.Linear(32, 6)]
+    trunk = nn.Sequential(*layers).eval()
+    payload = Int8Static().encode(trunk, TrunkLayout.from_trunk(trunk), spec, observations)
+    converted = _ao.convert_static(trunk, observations, spec)
+    expected = {"input_scale": converted.quant.scale.float().reshape(1),
+                "input_zero_point": converted.quant.zero_point.to(torch.int32).reshape(1)}
+    for k, (linear, layer_norm) in enumerate(_ao.quantized_layers(converted)):
+        qparams = {"scale": torch.tensor([float(linear.scale)]), "zero_point": torch.tensor([int(linear.zero_point)])}
+        expected.update({f"l{k}_{name}": value for name, value in {**_ao.linear_codes(linear), **qparams}.items()})
+        if layer_norm is not None:
+            expected.update({f"l{k}_norm_{name}": value for name, value in {
+                **_ao.layer_norm_params(layer_norm), "scale": torch.tensor([float(layer_norm.scale)]),
+                "zero_point": torch.tensor([int(layer_norm.zero_point)])}.items()})
+    assert sorted(payload) == sorted(expected)
+    for name, value in expected.items():
+        assert torch.equal(payload[name], value.to(payload[name].dtype)), name

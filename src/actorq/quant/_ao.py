@@ -6,7 +6,8 @@ swapping the backend means rewriting this file only. Three parts:
 * the observer table :data:`CALIBRATION_OBSERVERS` (``quant.calibration`` accepts its keys);
 * learner side: eager-mode post-training quantization (``prepare``/``convert`` with the
   observers a :class:`~actorq.quant.spec.QuantSpec` names, or ``quantize_dynamic``), and the
-  plain codes and qparams read back from the converted modules;
+  plain codes and qparams: read from the calibrated observers (static, what ``convert``
+  computes without packing the weights) or from the converted modules (dynamic);
 * worker side: quantized modules rebuilt from plain ``int8`` codes and float scales.
 """
 
@@ -28,6 +29,7 @@ with warnings.catch_warnings():
     import torch.ao.nn.quantized as nnq
     import torch.ao.nn.quantized.dynamic as nnqd
     import torch.ao.quantization as tq
+    from torch.ao.nn.quantized.modules.utils import _quantize_weight
     from torch.ao.quantization import observer as tqo
 
 if TYPE_CHECKING:
@@ -155,6 +157,18 @@ def convert_static(
         The converted module; ``.quant`` is a quantize module with the input qparams and
         ``.trunk`` holds ``LinearReLU``/``Linear``/``LayerNorm`` quantized modules.
     """
+    prepared = calibrate_static(trunk, calibration, spec, chunks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tq.convert(prepared)
+
+
+def calibrate_static(
+    trunk: nn.Sequential, calibration: torch.Tensor | None, spec: QuantSpec, chunks: int = 8
+) -> nn.Module:
+    """:func:`convert_static` up to the conversion: a fused copy of ``trunk`` with observers,
+    run on the calibration (:func:`observed_layers` and :func:`observed_linear` read the int8
+    payload from it)."""
     staged = _Staged(copy.deepcopy(trunk)).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -166,7 +180,7 @@ def convert_static(
         with torch.no_grad():
             for part in _calibration_chunks(calibration, spec.input_range, staged, chunks):
                 prepared(part)
-        return tq.convert(prepared)
+    return prepared
 
 
 def _assign_qconfigs(staged: _Staged, spec: QuantSpec) -> None:
@@ -221,9 +235,44 @@ def quantized_layers(converted: nn.Module) -> list[tuple[nn.Module, nn.Module | 
     return [(linear, norm) for linear, norm in layers]
 
 
+def observed_layers(prepared: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
+    """``(observed Linear or LinearReLU, observed LayerNorm or None)`` per ``Linear`` of a
+    module made by :func:`calibrate_static`, in order."""
+    layers: list[list] = []
+    for module in prepared.trunk:
+        if isinstance(module, (nn.Linear, nni.LinearReLU)):
+            layers.append([module, None])
+        elif isinstance(module, nn.LayerNorm):
+            layers[-1][1] = module
+    return [(linear, norm) for linear, norm in layers]
+
+
+def observed_linear(module: nn.Module) -> dict[str, torch.Tensor]:
+    """What ``tq.convert`` makes of an observed ``Linear`` (``nnq.Linear.from_float``: the
+    weight observed and quantized, the output qparams from its observer), as plain codes, but
+    without packing the weights for a kernel and unpacking them again (the actors pack the
+    codes they load): at QuaRL's 2048x3 width that pack and unpack were 57% of a publish."""
+    linear = module[0] if isinstance(module, nni.LinearReLU) else module
+    observer = module.qconfig.weight()
+    observer(linear.weight)
+    return {**weight_codes(_quantize_weight(linear.weight.float(), observer), linear.bias),
+            **observed_qparams(module)}
+
+
+def observed_qparams(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The output scale and zero point an observed module's quantized form gets."""
+    scale, zero_point = module.activation_post_process.calculate_qparams()
+    return {"scale": torch.tensor([float(scale)]), "zero_point": torch.tensor([int(zero_point)], dtype=torch.int32)}
+
+
 def linear_codes(module: nn.Module) -> dict[str, torch.Tensor]:
     """The int8 weight codes, scales, zero points and fp32 bias of a quantized ``Linear``."""
     weight, bias = module._weight_bias()  # one unpack of the packed params, not two
+    return weight_codes(weight, bias)
+
+
+def weight_codes(weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The codes, scales and zero points of a quantized ``weight``, and the fp32 ``bias``."""
     if bias is None:
         bias = torch.zeros(weight.shape[0])
     if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
@@ -240,25 +289,9 @@ def linear_codes(module: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def output_qparams(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The output scale and zero point of a statically quantized module."""
-    return {
-        "scale": torch.tensor([float(module.scale)]),
-        "zero_point": torch.tensor([int(module.zero_point)], dtype=torch.int32),
-    }
-
-
 def layer_norm_params(module: nn.Module) -> dict[str, torch.Tensor]:
     """The fp32 weight and bias of a (quantized or float) ``LayerNorm``."""
     return {"weight": module.weight.detach().float().clone(), "bias": module.bias.detach().float().clone()}
-
-
-def input_qparams(converted: nn.Module) -> dict[str, torch.Tensor]:
-    """The input scale and zero point of a module made by :func:`convert_static`."""
-    return {
-        "scale": converted.quant.scale.detach().float().reshape(1).clone(),
-        "zero_point": converted.quant.zero_point.detach().to(torch.int32).reshape(1).clone(),
-    }
 
 
 # ---------------------------------------------------------------------------- worker side

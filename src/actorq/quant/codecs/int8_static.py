@@ -54,12 +54,12 @@ class Int8Static(Codec):
 
     def encode(self, trunk, layout, spec, calibration):
         self.check_layout(layout)
-        converted = _ao.convert_static(trunk, calibration, spec)
-        payload = prefixed("input_", _ao.input_qparams(converted))
-        for k, (linear, norm) in enumerate(_ao.quantized_layers(converted)):
-            payload.update(prefixed(f"l{k}_", {**_ao.linear_codes(linear), **_ao.output_qparams(linear)}))
+        observed = _ao.calibrate_static(trunk, calibration, spec)
+        payload = prefixed("input_", _ao.observed_qparams(observed.quant))
+        for k, (linear, norm) in enumerate(_ao.observed_layers(observed)):
+            payload.update(prefixed(f"l{k}_", _ao.observed_linear(linear)))
             if norm is not None:
-                norm_tensors = {**_ao.layer_norm_params(norm), **_ao.output_qparams(norm)}
+                norm_tensors = {**_ao.layer_norm_params(norm), **_ao.observed_qparams(norm)}
                 payload.update(prefixed(f"l{k}_norm_", norm_tensors))
         return payload
 
