@@ -197,3 +197,18 @@ def test_vtrace_truncates_the_ratios_and_cuts_at_episode_ends_by_hand():
     terminated_end = torch.tensor([[False, True, False]])
     _, advantage = vtrace(log_ratio, reward, value, next_value, terminated_end, done, gamma=0.5)
     assert advantage[0, 1].item() == pytest.approx(2.0)  # terminated: no bootstrap
+
+
+def test_vtrace_cuts_the_traces_by_lambda_times_the_ratio_by_hand():
+    """Two steps of one episode, ratios 0.5 and 1, gamma 0.5, lam 0.5, V(s) = (1, 2),
+    V(s') = (2, 3), rewards 1: a trace below 1 carries lam * ratio of the next correction,
+    and the advantages subtract V(s_t)."""
+    log_ratio = torch.log(torch.tensor([[0.5, 1.0]]))
+    reward, value, next_value = torch.ones(1, 2), torch.tensor([[1.0, 2.0]]), torch.tensor([[2.0, 3.0]])
+    no = torch.zeros(1, 2, dtype=torch.bool)
+    targets, advantage = vtrace(log_ratio, reward, value, next_value, no, no, gamma=0.5, lam=0.5)
+    # rho = (0.5, 1), c = lam * rho = (0.25, 0.5); delta_1 = 1 + 0.5 * 3 - 2 = 0.5, so v_1 = 2.5;
+    # delta_0 = 0.5 * (1 + 0.5 * 2 - 1) = 0.5, so v_0 = 1 + 0.5 + 0.5 * 0.25 * 0.5 = 1.5625
+    assert targets.tolist() == [[pytest.approx(1.5625), pytest.approx(2.5)]]
+    # A_0 = 1 + 0.5 * v_1 - V(s_0) = 1.25; A_1 = 1 + 0.5 * V(s'_1) - V(s_1) = 0.5
+    assert advantage.tolist() == [[pytest.approx(1.25), pytest.approx(0.5)]]

@@ -102,20 +102,51 @@ def test_the_correction_terms_on_a_hand_computed_batch():
     assert behaviour_correction(prox, mu, cap=3.0)["weight"].tolist() == pytest.approx([2.0, 1.0, 0.5])
 
 
-def test_the_clipped_surrogate_is_weighted_and_clipped_against_prox_not_against_mu():
-    """L = -mean(w * min(r A, clip(r, 1-eps, 1+eps) A)) for hand-picked r, A and w."""
-    learner = PPO(DISCRETE, hidden=(8,), normalize_advantage=False, value_coef=0.0)
-    observation = torch.zeros(3, 4)
+def surrogate_batch(learner: PPO, ratio: torch.Tensor, advantage: torch.Tensor, weight: torch.Tensor) -> dict:
+    """A minibatch whose ratios pi / pi_prox are ``ratio`` (pi_prox set from the policy's own
+    log-probabilities), with returns 1, 2, 3, ..."""
+    observation = torch.linspace(-1, 1, 4 * len(ratio)).reshape(len(ratio), 4)
+    action = torch.arange(len(ratio)) % 2
     with torch.no_grad():
-        log_pi = learner.policy.log_prob(observation, torch.tensor([0, 1, 0]))
-    ratio = torch.tensor([1.5, 0.5, 1.05])
-    batch = {"observation": observation, "action": torch.tensor([0, 1, 0]), "prox_log_prob": log_pi - ratio.log(),
-             "advantage": torch.tensor([1.0, 1.0, -2.0]), "return": torch.zeros(3), "weight": torch.tensor([1.0, 0.5, 0.8])}
-    _, terms, seen_ratio = learner._loss(batch, clip=0.2)
+        log_pi = learner.policy.log_prob(observation, action)
+    return {"observation": observation, "action": action, "prox_log_prob": log_pi - ratio.log(),
+            "advantage": advantage, "return": torch.arange(1.0, len(ratio) + 1), "weight": weight}
+
+
+def test_the_clipped_surrogate_is_weighted_and_clipped_against_prox_not_against_mu():
+    """L = -mean(w * min(r A, clip(r, 1-eps, 1+eps) A)) + c_v mean((R - V)^2) - c_e H for
+    hand-picked r, A and w, each clip bound reached from the side where it binds."""
+    learner = PPO(DISCRETE, hidden=(8,), normalize_advantage=False, value_coef=0.7, entropy_coef=0.1)
+    ratio = torch.tensor([1.5, 0.5, 1.05, 0.5])
+    batch = surrogate_batch(learner, ratio, torch.tensor([2.0, 3.0, -2.0, -4.0]), torch.tensor([1.0, 0.5, 0.8, 1.0]))
+    loss, terms, seen_ratio = learner._loss(batch, clip=0.2)
     assert torch.allclose(seen_ratio, ratio, atol=1e-6)
-    # r A vs clip(r) A, the smaller: 1.5 -> 1.2 (A > 0); 0.5 -> 0.5 (unclipped, smaller); 1.05 * -2 = -2.1.
-    expected = -(1.0 * 1.2 * 1.0 + 0.5 * 0.5 * 1.0 + 0.8 * -2.1) / 3
-    assert float(terms["loss_policy"]) == pytest.approx(expected, abs=1e-5)
+    # The smaller of r A and clip(r) A: 1.5 * 2 -> 1.2 * 2 = 2.4 (upper bound, A > 0); 0.5 * 3 = 1.5
+    # (unclipped, smaller); 1.05 * -2 = -2.1 (inside the bounds); 0.5 * -4 -> 0.8 * -4 = -3.2 (lower
+    # bound, A < 0).
+    expected_policy = -(1.0 * 2.4 + 0.5 * 1.5 + 0.8 * -2.1 + 1.0 * -3.2) / 4
+    assert float(terms["loss_policy"]) == pytest.approx(expected_policy, abs=1e-5)
+    with torch.no_grad():
+        value = learner.value(batch["observation"]).squeeze(-1)
+        entropy = learner.policy.head.entropy(learner.policy.trunk(batch["observation"])).mean()
+    expected_value = float(((batch["return"] - value) ** 2).mean())
+    assert float(terms["loss_value"]) == pytest.approx(expected_value, rel=1e-5)
+    assert float(terms["entropy"]) == pytest.approx(float(entropy), rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(expected_policy + 0.7 * expected_value - 0.1 * float(entropy), rel=1e-5)
+
+
+def test_advantages_are_normalized_per_minibatch_unless_it_has_one_step():
+    """With ``normalize_advantage`` the surrogate sees (A - mean) / (std + 1e-8) (sample std);
+    a minibatch of one step keeps its advantage (its std is undefined)."""
+    learner = PPO(DISCRETE, hidden=(8,), normalize_advantage=True, value_coef=0.0)
+    advantage, weight = torch.tensor([1.0, 5.0]), torch.tensor([1.0, 0.5])  # unequal weights: a mean that is not 0
+    batch = surrogate_batch(learner, torch.ones(2), advantage, weight)
+    _, terms, _ = learner._loss(batch, clip=0.2)
+    normalized = (advantage - 3.0) / (math.sqrt(8.0) + 1e-8)  # std of (1, 5) with Bessel's correction
+    assert float(terms["loss_policy"]) == pytest.approx(float(-(weight * normalized).mean()), abs=1e-6)
+    batch = surrogate_batch(learner, torch.tensor([0.5]), torch.tensor([3.0]), torch.ones(1))
+    _, terms, _ = learner._loss(batch, clip=0.2)
+    assert float(terms["loss_policy"]) == pytest.approx(-0.5 * 3.0, abs=1e-6)
 
 
 def test_the_gaussian_head_is_a_diagonal_normal_with_a_state_independent_log_std():
@@ -156,10 +187,15 @@ def test_rewards_are_scaled_by_the_running_std_of_each_envs_discounted_return():
     done = torch.tensor([[False, True, False], [False, False, False]])
     scaled = scaler(reward, done)
     returns = [1.0, 2.5, 3.0, 0.0, 4.0, 2.0]  # env 0's return starts again after its episode ends
+    assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
     assert float(scaler.var) == pytest.approx(float(np.var(returns)))
     assert torch.allclose(scaled, reward / math.sqrt(np.var(returns)), atol=1e-6)
     scaler(torch.tensor([[1.0], [1.0]]), torch.zeros(2, 1, dtype=torch.bool))
-    assert float(scaler.count) == 8  # env 0 goes on from 3.0 (4.0 is merged), env 1 from 2.0
+    assert float(scaler.count) == 8
+    returns += [3.0 * 0.5 + 1.0, 2.0 * 0.5 + 1.0]  # each env's return goes on from where it stood
+    assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+    clipped = RewardScaler(gamma=0.5, clip=1.0)  # returns 10 and -5: std 7.5, so +-1.33 clipped to +-1
+    assert clipped(torch.tensor([[10.0, -10.0]]), torch.zeros(1, 2, dtype=torch.bool)).tolist() == [[1.0, -1.0]]
 
 
 @torch.no_grad()
