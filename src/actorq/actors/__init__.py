@@ -27,7 +27,7 @@ def actor_pool(policy: nn.Module, backend: str = "process", ray: Mapping[str, An
             backend (``actors.ray``).
         collection: ``"async"`` or ``"lockstep"`` (:data:`actorq.actors.base.COLLECTIONS`;
             ``actors.collection=auto`` is resolved by ``train()`` from the learner's family).
-            Ray actors hand a lock-step round's batches over one at a time.
+            Either backend hands a lock-step round over as one batch ``[envs, T]``.
         writer: the shared replay's writer, for worker processes that store their batches
             themselves; Ray actors may run on other machines, so with them the learner stores
             every batch.
