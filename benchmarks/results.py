@@ -134,6 +134,20 @@ SUITE = {
                          policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="relu")),
         eval_every=10_000, estimate_s=60.0,
     ),
+    # RL Zoo's tuned PPO for HalfCheetah (conf/experiment/ppo_half_cheetah.yaml): one env,
+    # observations normalized and rewards scaled (SB3: VecNormalize; ours: in the policy and the
+    # learner). One env: SB3's DummyVecEnv (a process of its own would only add pipes).
+    "ppo_half_cheetah": Task(
+        "ppo_half_cheetah", "HalfCheetah-v5", 1_000_000,
+        ours=("+experiment=ppo_half_cheetah",),
+        peer="PPO",
+        peer_kwargs=dict(n_envs=1, vec_env="dummy", normalize=True, n_steps=512, batch_size=64, n_epochs=20,
+                         gamma=0.98, gae_lambda=0.92, learning_rate=2.0633e-05, ent_coef=0.000401762,
+                         clip_range=0.1, max_grad_norm=0.8, vf_coef=0.58096,
+                         policy_kwargs=dict(log_std_init=-2.0, ortho_init=False, activation_fn="relu",
+                                            net_arch=dict(pi=[256, 256], vf=[256, 256]))),
+        eval_every=50_000, estimate_s=1200.0,
+    ),
 }
 ON_POLICY = results_regime.ON_POLICY  # no replay: no learning_starts to shorten in a quick budget, no probe
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from stable_baselines3 import DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
 ALGORITHMS = {"DQN": DQN, "SAC": SAC, "TD3": TD3, "PPO": PPO}
 VEC_ENVS = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
@@ -64,11 +64,19 @@ class ScheduledEvaluation(BaseCallback):
         observation, _ = self.env.reset(seed=seed)
         total, done = 0.0, False
         while not done:
-            action, _ = self.model.predict(observation, deterministic=True)
+            action, _ = self.model.predict(policy_observation(self.model, observation), deterministic=True)
             observation, reward, terminated, truncated, _ = self.env.step(action)
             total += float(reward)
             done = terminated or truncated
         return total
+
+
+def policy_observation(model, observation: np.ndarray) -> np.ndarray:
+    """What the model's policy takes for a raw ``observation``: normalized with the training
+    env's running statistics where it was trained behind ``VecNormalize`` (without them an
+    evaluation would play raw observations into a policy trained on normalized ones)."""
+    normalizer = model.get_vec_normalize_env()
+    return observation if normalizer is None else normalizer.normalize_obs(observation)
 
 
 def make_model(task, seed: int, budget):
@@ -91,8 +99,11 @@ def make_model(task, seed: int, budget):
 
 def make_on_policy_model(task, seed: int, kwargs: dict):
     """SB3's PPO on ``n_envs`` envs behind the ``vec_env`` named (``dummy``: in this process,
-    ``subproc``: a process each), with RL Zoo's ``lin_X`` schedules as SB3 callables."""
+    ``subproc``: a process each), with RL Zoo's ``lin_X`` schedules as SB3 callables and its
+    ``normalize: true`` as ``VecNormalize`` with the algorithm's gamma."""
     env = make_vec_env(task.env_id, n_envs=kwargs.pop("n_envs"), seed=seed, vec_env_cls=VEC_ENVS[kwargs.pop("vec_env")])
+    if kwargs.pop("normalize", False):
+        env = VecNormalize(env, gamma=kwargs["gamma"])
     for name in ("learning_rate", "clip_range"):
         value = kwargs.get(name)
         if isinstance(value, str) and value.startswith("lin_"):
@@ -101,6 +112,15 @@ def make_on_policy_model(task, seed: int, kwargs: dict):
     if "activation_fn" in policy_kwargs:
         policy_kwargs["activation_fn"] = ACTIVATIONS[policy_kwargs["activation_fn"]]
     return PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, policy_kwargs=policy_kwargs, **kwargs)
+
+
+def gradient_steps(model) -> int:
+    """The optimizer steps the model made, as ours count them: SB3's PPO counts an epoch as
+    one update (``_n_updates``), whatever its minibatches; its off-policy algorithms count steps."""
+    if isinstance(model, PPO):
+        minibatches = -(-model.n_steps * model.n_envs // model.batch_size)
+        return int(model._n_updates) * minibatches
+    return int(model._n_updates)
 
 
 class linear_schedule:  # noqa: N801 - an SB3 schedule is a callable of the progress remaining
@@ -128,7 +148,7 @@ def run_peer(task, seed: int, budget) -> dict:
     model.train = timed_train
     evaluation = ScheduledEvaluation(task.env_id, budget.eval_every, budget.eval_episodes, seed)
     model.learn(total_timesteps=budget.frames, callback=evaluation)
-    updates = int(model._n_updates)
+    updates = gradient_steps(model)
     return {"frames": int(model.num_timesteps), "final_return": evaluation.curve[-1]["return"],
             "final_return_actors": None, "actor_precision": "fp32 (SB3)", "updates": updates,
             "updates_per_s": round(updates / learning["seconds"], 1) if learning["seconds"] else None,

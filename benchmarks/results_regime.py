@@ -33,7 +33,7 @@ PRECISIONS = {"fp32": 32, "int8": 8}
 # Tasks of on-policy learners: they collect in lock-step, a round of the actors and then the
 # learner's updates, so a run goes at 1 / (1/actors + 1/learner), not at the slower of the
 # two as asynchronous collection does; the probe measures the latter.
-ON_POLICY = {"ppo_cartpole"}
+ON_POLICY = {"ppo_cartpole", "ppo_half_cheetah"}
 
 
 def probe_path(out_dir: Path, task: str) -> Path:

@@ -85,3 +85,25 @@ def test_the_ppo_peer_is_sb3s_ppo_with_the_tasks_settings_on_its_vec_env():
     assert model.learning_rate(0.5) == pytest.approx(5e-4) and model.clip_range(0.25) == pytest.approx(0.05)
     assert [type(m).__name__ for m in model.policy.mlp_extractor.policy_net] == ["Linear", "ReLU", "Linear", "ReLU"]
     assert task.peer_kwargs["vec_env"] == "dummy"  # the one measured faster here (docs/results.md)
+
+
+def test_the_halfcheetah_ppo_peer_normalizes_as_rl_zoo_and_is_evaluated_on_normalized_observations():
+    """RL Zoo's ``normalize: true``: VecNormalize with PPO's gamma around one env; the
+    evaluation hands the policy observations normalized with the training statistics; its
+    updates are counted as gradient steps, as ours are."""
+    import numpy as np
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from benchmarks.results_peer import gradient_steps, make_on_policy_model, policy_observation
+
+    task = results.SUITE["ppo_half_cheetah"]
+    model = make_on_policy_model(task, 0, dict(task.peer_kwargs))
+    normalizer = model.get_vec_normalize_env()
+    assert isinstance(normalizer, VecNormalize) and normalizer.gamma == 0.98 and model.get_env().num_envs == 1
+    assert (model.n_steps, model.batch_size, model.n_epochs, model.clip_range(1.0)) == (512, 64, 20, 0.1)
+    assert float(model.policy.log_std.mean()) == -2.0
+    model._n_updates = 20  # one train(): SB3 counts its 20 epochs; each has 512 / 64 minibatches
+    assert gradient_steps(model) == 160
+    normalizer.obs_rms.mean, normalizer.obs_rms.var = np.ones(17), np.full(17, 4.0)
+    normalized = policy_observation(model, np.full(17, 3.0))
+    assert normalized == pytest.approx(np.ones(17), rel=1e-6)  # (3 - 1) / sqrt(4)
