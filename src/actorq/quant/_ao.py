@@ -226,23 +226,22 @@ def convert_dynamic(trunk: nn.Sequential, spec: QuantSpec) -> nn.Module:
 def quantized_layers(converted: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
     """``(quantized Linear, quantized LayerNorm or None)`` per ``Linear`` of a converted trunk,
     in order (``LinearReLU`` counts as a ``Linear``; a dynamic trunk's norms stay fp32: None)."""
-    layers: list[list] = []
-    for module in converted.modules():
-        if isinstance(module, (nnq.Linear, nnqd.Linear)):
-            layers.append([module, None])
-        elif isinstance(module, nnq.LayerNorm):
-            layers[-1][1] = module
-    return [(linear, norm) for linear, norm in layers]
+    return _with_norms(converted.modules(), (nnq.Linear, nnqd.Linear), nnq.LayerNorm)
 
 
 def observed_layers(prepared: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
     """``(observed Linear or LinearReLU, observed LayerNorm or None)`` per ``Linear`` of a
     module made by :func:`calibrate_static`, in order."""
+    return _with_norms(prepared.trunk, (nn.Linear, nni.LinearReLU), nn.LayerNorm)
+
+
+def _with_norms(modules, linear_types: tuple[type, ...], norm_type: type) -> list[tuple[nn.Module, nn.Module | None]]:
+    """Each module of ``linear_types`` in ``modules``, with the ``norm_type`` after it (or None)."""
     layers: list[list] = []
-    for module in prepared.trunk:
-        if isinstance(module, (nn.Linear, nni.LinearReLU)):
+    for module in modules:
+        if isinstance(module, linear_types):
             layers.append([module, None])
-        elif isinstance(module, nn.LayerNorm):
+        elif isinstance(module, norm_type):
             layers[-1][1] = module
     return [(linear, norm) for linear, norm in layers]
 
@@ -251,7 +250,8 @@ def observed_linear(module: nn.Module) -> dict[str, torch.Tensor]:
     """What ``tq.convert`` makes of an observed ``Linear`` (``nnq.Linear.from_float``: the
     weight observed and quantized, the output qparams from its observer), as plain codes, but
     without packing the weights for a kernel and unpacking them again (the actors pack the
-    codes they load): at QuaRL's 2048x3 width that pack and unpack were 57% of a publish."""
+    codes they load): at QuaRL's 2048x3 width that pack and unpack were most of a publish
+    (docs/algorithms/ppo.md measures it)."""
     linear = module[0] if isinstance(module, nni.LinearReLU) else module
     observer = module.qconfig.weight()
     observer(linear.weight)
