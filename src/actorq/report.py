@@ -170,7 +170,7 @@ def experiment_of(run_dir: Path, config: dict) -> str | None:
 
 def read_events(run: Run) -> None:
     """Eval returns against seconds since the first collected frame (the first
-    ``collect/frames`` event) and against frames; the start-up before that frame (from the
+    ``collect/frames`` event; the quantized policy's evaluations left out) and against frames; the start-up before that frame (from the
     first TensorBoard event, the logger opening as the fit starts); the frame rate after it;
     the broadcast payload size and count."""
     tb = run.path / "tb"
@@ -185,19 +185,32 @@ def read_events(run: Run) -> None:
         run.started_at = origin = events.FirstEventTimestamp()
     except ValueError:
         return
+    uncounted = quant_evaluation_seconds(events, tags)  # (wall time, step, seconds so far)
     if "collect/frames" in tags:
         frames = events.Scalars("collect/frames")
         origin = frames[0].wall_time
         run.startup_s = origin - run.started_at
-        if len(frames) > 1 and frames[-1].wall_time > origin:
-            run.frames_per_s = (frames[-1].value - frames[0].value) / (frames[-1].wall_time - origin)
+        seconds = frames[-1].wall_time - origin - max((v for t, _, v in uncounted if t <= frames[-1].wall_time), default=0.0)
+        if len(frames) > 1 and seconds > 0:
+            run.frames_per_s = (frames[-1].value - frames[0].value) / seconds
     if "eval/return_mean" in tags:
-        run.evals = [(max(0.0, e.wall_time - origin), float(e.step), e.value)
-                     for e in events.Scalars("eval/return_mean")]
+        run.evals = [(max(0.0, e.wall_time - origin - max((v for _, step, v in uncounted if step <= e.step), default=0.0)),
+                      float(e.step), e.value) for e in events.Scalars("eval/return_mean")]
     if "quant/broadcast_bytes" in tags:
         run.broadcast_bytes = events.Scalars("quant/broadcast_bytes")[-1].value
     if "quant/broadcasts" in tags:
         run.broadcasts = max(e.value for e in events.Scalars("quant/broadcasts"))
+
+
+def quant_evaluation_seconds(events, tags: set[str]) -> list[tuple[float, int, float]]:
+    """``(wall time, step, seconds so far)`` of each ``time/eval_quant_s`` event: the time spent
+    evaluating the actors' quantized policy (none in fp32 runs), which a run's clock leaves
+    out: an fp32 run evaluates one policy, an int8 run two, and only the first is part of
+    training. An evaluation's own episodes are matched by step (its scalars are written one
+    after the other at one step); the frame rate's interval by wall time."""
+    if "time/eval_quant_s" not in tags:
+        return []
+    return [(e.wall_time, e.step, e.value) for e in events.Scalars("time/eval_quant_s")]
 
 
 # --- numbers --------------------------------------------------------------------------

@@ -286,6 +286,7 @@ def make_summary(learner, experience: Experience, wall_clock: float, learner_pre
         "learner_precision": learner_precision,
         "eval_history": [],
         "eval_history_quant": [],
+        "eval_quant_s": 0.0,  # seconds of the quantized policy's evaluations (in wall_clock_s)
         "frames": learner.frames,
         "learner_steps": learner.learner_steps,
         "wall_clock_s": round(wall_clock, 2),

@@ -77,6 +77,7 @@ def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     assert solved_evaluations(int8), int8["eval_history"]
     assert int8["best_return"] >= fp32["best_return"] - 0.05 * abs(fp32["best_return"])
     assert [frames for frames, _ in int8["eval_history_quant"]] == [frames for frames, _ in int8["eval_history"]]
+    assert int8["eval_quant_s"] > 0 and fp32["eval_quant_s"] == 0  # timed, and left out of the run's clock
     histories = int8["eval_history"], int8["eval_history_quant"]
     assert solved_evaluations(int8, "eval_history_quant"), histories
     fp32_mean, int8_mean = (statistics.fmean(mean for _, mean in history) for history in histories)

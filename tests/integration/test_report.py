@@ -119,10 +119,12 @@ MEASURED = {**ESTIMATED, "method": {"ram": "estimate from installed RAM size", "
 
 
 def fake_run(run_dir, *, bits=32, seed=0, startup_s=20.0, evals=((30.0, 2000, 200.0),), frames_per_s=100.0,
-             updates_per_s=50.0, collect_fraction=0.2, energy=ESTIMATED, experiment=None, learner_precision=None):
+             updates_per_s=50.0, collect_fraction=0.2, energy=ESTIMATED, experiment=None, learner_precision=None,
+             eval_quant_s=()):
     """A run dir as train() leaves it: config.yaml (composed by Hydra), summary.json, and
     TensorBoard events whose first event is the logger opening, ``startup_s`` before the first
-    collected frame; ``evals`` are (seconds after that frame, frames, return)."""
+    collected frame; ``evals`` are (seconds after that frame, frames, return); ``eval_quant_s``
+    the seconds spent evaluating the quantized policy up to each evaluation."""
     from torch.utils.tensorboard import SummaryWriter
 
     with initialize_config_module("actorq.conf", version_base="1.3"):
@@ -140,6 +142,8 @@ def fake_run(run_dir, *, bits=32, seed=0, startup_s=20.0, evals=((30.0, 2000, 20
         writer.add_scalar("collect/frames", frames, frames, walltime=first_frame + (frames - 100) / frames_per_s)
     for seconds, frames, value in evals:
         writer.add_scalar("eval/return_mean", value, frames, walltime=first_frame + seconds)
+    for (seconds, frames, _), uncounted in zip(evals, eval_quant_s):  # written after the return, as train() does
+        writer.add_scalar("time/eval_quant_s", uncounted, frames, walltime=first_frame + seconds + 0.01)
     writer.close()
     history = [[frames, value] for _, frames, value in evals]
     summary = {"status": "completed", "final_return": history[-1][1], "best_return": max(v for _, v in history),
@@ -166,6 +170,17 @@ def test_time_to_target_counts_from_the_first_collected_frame(tmp_path):
     speed = table_rows(report, "start-up (s)")
     assert speed["fp32"]["start-up (s)"] == "20.0" and speed[INT8]["start-up (s)"] == "5.0"
     assert "Run order: fp32 ran before int8" in report  # fp32 was written first for its one seed
+
+
+def test_the_quantized_policys_evaluations_are_left_out_of_the_clock(tmp_path):
+    # The same training time (30 s to the target), but the int8 run also spent 4 s evaluating
+    # its actors' policy at each of its two evaluations: not training, not counted.
+    fake_run(tmp_path / "0", bits=32, startup_s=5.0, evals=[(10.0, 1000, 50.0), (30.0, 2000, 200.0)])
+    fake_run(tmp_path / "1", bits=8, startup_s=5.0, evals=[(14.0, 1000, 60.0), (38.0, 2000, 200.0)],
+             eval_quant_s=[4.0, 8.0])
+    assert main([str(tmp_path)]) == 0
+    cost = table_rows((tmp_path / "report.md").read_text(), "time to target (s)")
+    assert cost[INT8]["time to target (s)"] == "30.0 ± 0.0" and cost[INT8]["speedup vs fp32"] == "1.00x"
 
 
 def test_the_speed_table_says_which_precision_the_learner_ran_at(tmp_path):

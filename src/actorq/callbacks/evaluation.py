@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
@@ -31,6 +32,11 @@ class Evaluation(Callback):
     Logs ``eval/return_mean`` and ``eval/return_std`` for the learner's fp32 policy, and
     ``eval/return_mean_quant`` for the reduced-precision policy the actors run (when it is
     not fp32), once per evaluation, at the env frame it ran at. Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
+
+    The actors' policy's episodes are time an fp32 run (and a peer library) does not spend:
+    their seconds so far are logged as ``time/eval_quant_s`` (and ``eval_quant_s`` in the
+    summary), so that wall-clock comparisons of the precisions can leave them out
+    (:mod:`actorq.report`, ``benchmarks.results``).
 
     Both policies play the same episodes: the environment is seeded again before each one's
     episodes, so the two means differ by the precision only (on Pendulum, two sets of 10
@@ -51,6 +57,7 @@ class Evaluation(Callback):
         self.schedule = Every(every_frames)
         self.history: list[tuple[int, float]] = []
         self.history_quant: list[tuple[int, float]] = []
+        self.quant_seconds = 0.0
         self._env = None
 
     @property
@@ -69,7 +76,8 @@ class Evaluation(Callback):
         """The run's returns for ``summary.json``: the last and best evaluations of the fp32
         policy, the last of the actors' policy, and every evaluation ``(frames, mean)``."""
         fields = {"final_return": self.last, "best_return": self.best, "final_return_quant": self.last_quant,
-                  "eval_history": list(self.history), "eval_history_quant": list(self.history_quant)}
+                  "eval_history": list(self.history), "eval_history_quant": list(self.history_quant),
+                  "eval_quant_s": round(self.quant_seconds, 3)}
         if not self.history:
             fields["final_return_reason"] = "the run stopped before its first evaluation"
         return fields
@@ -102,11 +110,14 @@ class Evaluation(Callback):
         self.history.append((pl_module.frames, mean))
         metrics = {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)}
         if not experience.quant.is_full_precision:
+            started = time.perf_counter()
             act = greedy(experience.actor_policy.network, pl_module.spec.discrete)
             self._env.set_seed(seed)  # the fp32 policy's episodes again
             mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))
             self.history_quant.append((pl_module.frames, mean_quant))
+            self.quant_seconds += time.perf_counter() - started
             metrics["eval/return_mean_quant"] = mean_quant
+            metrics["time/eval_quant_s"] = self.quant_seconds
         logger.info("eval @ %d frames: return %.1f ± %.1f%s", pl_module.frames, mean, metrics["eval/return_std"],
                     f" ({experience.quant.describe().split()[0]}: {metrics['eval/return_mean_quant']:.1f})"
                     if "eval/return_mean_quant" in metrics else "")
@@ -119,13 +130,14 @@ class Evaluation(Callback):
     @override
     def state_dict(self) -> dict:
         return {"next_frames": self.schedule.next_at, "history": list(self.history),
-                "history_quant": list(self.history_quant)}
+                "history_quant": list(self.history_quant), "quant_seconds": self.quant_seconds}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
         self.schedule.next_at = state_dict["next_frames"]
         self.history = [tuple(item) for item in state_dict["history"]]
         self.history_quant = [tuple(item) for item in state_dict.get("history_quant", [])]
+        self.quant_seconds = state_dict.get("quant_seconds", 0.0)
 
 
 def greedy(network, discrete: bool):
