@@ -149,7 +149,7 @@ SUITE = {
         eval_every=50_000, estimate_s=1200.0,
     ),
 }
-ON_POLICY = results_regime.ON_POLICY  # no replay: no learning_starts to shorten in a quick budget, no probe
+ON_POLICY = results_regime.ON_POLICY  # no replay: no learning_starts to shorten in a quick budget
 @dataclass(frozen=True)
 class Budget:
     """A cell's frame budget and evaluation schedule, the same for every implementation."""
@@ -252,9 +252,7 @@ def run_suite(cells: list[tuple[str, str, int]], budgets: dict[str, Budget], out
     cells in order (at most ``max_cells`` of them), one line each with the elapsed time and the
     ETA of the rest, and rebuilds the table after each."""
     sitting = time.perf_counter()
-    # The regime map's min(actors, learner) is asynchronous collection's; an on-policy task
-    # collects and learns in turn (lock-step), so it has no probe.
-    for task in dict.fromkeys(task for task, impl, _ in cells if impl != PEER and task not in ON_POLICY):
+    for task in dict.fromkeys(task for task, impl, _ in cells if impl != PEER):
         if not results_regime.probe_path(out_dir, task).is_file():
             print(f"{task}: probing the actors for the regime map (fp32, int8)", flush=True)
             rates = results_regime.probe(SUITE[task], out_dir, quick)["actor_fps"]

@@ -130,7 +130,7 @@ def markdown(document: dict) -> str:
                 reach, f"{row['wall_clock_s']:.0f}", fmt(row["updates_per_s"], ".0f"),
                 f"{row['frames_per_s']:.0f}"]) + " |")
         lines += ["", f"int8 test (int8 mean >= lowest fp32 seed): {entry['int8_test']}", "",
-                  results_regime.describe(entry.get("regime"), task), ""]
+                  results_regime.describe(entry.get("regime")), ""]
         lines += [f"![{Path(p).stem}]({p})" for p in entry["plots"]] + [""]
     lines += ["## Machines", ""]
     for item in document["machines"]:

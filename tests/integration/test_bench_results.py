@@ -51,6 +51,22 @@ def test_results_cells_resume_and_table(tmp_path, capsys):
     assert cells["dqn_cartpole-actorq-fp32-seed0"].stat().st_mtime_ns == written["dqn_cartpole-actorq-fp32-seed0"]
 
 
+def test_an_on_policy_task_is_probed_in_lock_step(tmp_path):
+    """PPO collects and learns in turn: its probe measures the frames/s the learner waited for
+    (a real short run per precision), and the regime line adds both sides' time per frame."""
+    out = tmp_path / "results"
+    document = results.main(["--quick", "--tasks", "ppo_cartpole", "--seeds", "0", "--impls", "actorq-fp32",
+                             "--out-dir", str(out)])
+    probe = json.loads((out / "regime" / "ppo_cartpole.json").read_text())
+    assert probe["lockstep"] and set(probe["actor_fps"]) == {"fp32", "int8"} and min(probe["actor_fps"].values()) > 0
+    assert probe["update_to_data"] == pytest.approx(20 / 256)  # 20 epochs of one 256-frame minibatch a round
+    regime = document["tasks"]["ppo_cartpole"]["regime"]
+    fp32_s_per_frame = 1 / probe["actor_fps"]["fp32"] + probe["update_to_data"] / regime["learner_ups"]
+    int8_s_per_frame = 1 / probe["actor_fps"]["int8"] + probe["update_to_data"] / regime["learner_ups"]
+    assert regime["speedup"] == pytest.approx(fp32_s_per_frame / int8_s_per_frame)
+    assert "Regime map (lock-step): the learner waited" in (out / "results.md").read_text()
+
+
 def test_results_refuses_without_the_peer_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(results, "peer_installed", lambda: False)
     with pytest.raises(SystemExit) as stop:
