@@ -39,7 +39,7 @@ gl-libs:
 # then the comparison report (table printed, report.md and plots in the sweep dir).
 RUN_SWEEP := outputs/make-run/$(shell date +%Y-%m-%d_%H-%M-%S)
 run: install
-	$(PY) -m actorq -m +experiment=dqn_cartpole quant.bits=32,8 hydra.sweep.dir=$(RUN_SWEEP)
+	$(PY) -m actorq -m +experiment=ppo_cartpole_wide quant.bits=32,8 hydra.sweep.dir=$(RUN_SWEEP)
 	$(PY) -m actorq.report $(RUN_SWEEP)
 
 # Two test workers, one torch thread each: most of the suite waits on process start-ups and
