@@ -42,7 +42,7 @@ def test_the_workers_ran_int4_payloads_and_the_broadcasts_logged_their_fidelity(
     logged = scalars(run_dir / "tb")
     assert logged["quant/broadcasts"][-1][1] >= 2
     assert all(0 < error < 0.2 for _, error in logged["quant/weight_error"])
-    assert all(0 <= agreement <= 1 for _, agreement in logged["quant/action_agreement"])
+    assert all(0 <= agreement <= 1 for _, agreement in logged["quant/greedy_agreement"])
     assert all(ratio < 0.25 for _, ratio in logged["quant/compression"])  # 4-bit codes and fp32 scales, biases
 
 

@@ -63,8 +63,8 @@ def test_the_example_packs_two_codes_a_byte_and_the_actors_stay_close_to_fp32(do
         torch.testing.assert_close(weight, original, atol=original.abs().max().item() / 14, rtol=0)
 
     quantized = QuantizedNetwork.from_network(actor, INT4)
-    metrics = fidelity_metrics(actor, quantized, observations)
-    assert 0 < metrics["quant/action_error"] < 0.05
+    metrics = fidelity_metrics(actor, quantized, observations, SPEC)
+    assert 0 < metrics["quant/action_error"] < 0.025  # a fraction of the action range (2)
     assert 0 < metrics["quant/weight_error"] < 0.15
     assert metrics["quant/payload_bytes"] < fp32_nbytes(actor) / 4  # weights: 1/8, biases stay fp32
     assert INT4.describe() == "int4 packed per_channel" and QuantSpec(bits=4, mode="dynamic").codec.name == "simulated"
@@ -80,7 +80,8 @@ def test_the_example_packs_two_codes_a_byte_and_the_actors_stay_close_to_fp32(do
 
 def test_the_example_keeps_a_q_networks_greedy_actions(docs_codec):
     torch.manual_seed(0)
-    q_network = QNetwork(EnvSpec(obs_dim=8, discrete=True, num_actions=4), (64, 64)).eval()
+    spec = EnvSpec(obs_dim=8, discrete=True, num_actions=4)
+    q_network = QNetwork(spec, (64, 64)).eval()
     observations = torch.randn(512, 8)
-    metrics = fidelity_metrics(q_network, QuantizedNetwork.from_network(q_network, INT4), observations, discrete=True)
-    assert metrics["quant/action_agreement"] > 0.9
+    metrics = fidelity_metrics(q_network, QuantizedNetwork.from_network(q_network, INT4), observations, spec)
+    assert metrics["quant/greedy_agreement"] > 0.9

@@ -101,15 +101,16 @@ def test_a_new_observer_is_one_table_entry(monkeypatch):
     """quant.calibration accepts exactly _ao.CALIBRATION_OBSERVERS's keys; an entry may carry a parameter."""
     calls = []
 
-    def fast_moving_average(spec, feeds_linear):
-        calls.append(feeds_linear)
+    def fast_moving_average(spec, reduce_range):
+        calls.append(reduce_range)
         return _ao.tqo.MovingAverageMinMaxObserver.with_args(
-            averaging_constant=0.5, dtype=_ao.ACTIVATION_DTYPE, reduce_range=feeds_linear
+            averaging_constant=0.5, dtype=_ao.ACTIVATION_DTYPE, reduce_range=reduce_range
         )
 
     with pytest.raises(ConfigError, match="quant.calibration must be one of minmax, moving_average, histogram"):
         QuantSpec(calibration="fast_moving_average")
     monkeypatch.setitem(_ao.CALIBRATION_OBSERVERS, "fast_moving_average", fast_moving_average)
+    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: True)  # as on a CPU without VNNI
     spec = QuantSpec(bits=8, mode="static", calibration="fast_moving_average")
     from actorq.quant import quantize
 
@@ -120,7 +121,8 @@ def test_a_new_observer_is_one_table_entry(monkeypatch):
 
     payload = quantize(Policy(), spec, calibration=torch.randn(64, 5))
     # the first and last Linear stay fp32; the trunk default and the input of the one between
-    # them: 7 bits; its output feeds the fp32 last Linear, not an int8 kernel: full 8 bits
+    # them: 7 bits where the kernel would saturate; its output feeds the fp32 last Linear, not
+    # an int8 kernel: full 8 bits
     assert calls == [True, True, False]
     assert set(payload) == set(spec.codec.payload_spec(TrunkLayout(sizes=(5, 16, 16, 2)), spec))
 

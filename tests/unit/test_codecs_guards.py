@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from actorq.quant import _ao
 from torch import nn
 
 from actorq.util.errors import ConfigError
@@ -188,9 +190,11 @@ def test_an_unsupported_activation_after_a_layer_norm_is_named_at_its_index():
 
 
 @pytest.mark.parametrize(("first_activation", "low"), [("relu", 0.0), ("tanh", -20.0), (None, -20.0)])
-def test_a_fixed_observer_quantizes_the_middle_over_the_first_layers_output_range(first_activation, low):
+def test_a_fixed_observer_quantizes_the_middle_over_the_first_layers_output_range(first_activation, low,
+                                                                                 monkeypatch):
     """int8_static_fp32_ends: the middle's input is the fp32 first layer's output, in
     ``[0, activation_max]`` after a ReLU, else in ``[-activation_max, activation_max]``."""
+    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: True)  # as on a CPU without VNNI
     layout = TrunkLayout(layers=[
         LayerLayout(3, 8, activation=first_activation), LayerLayout(8, 8, activation="relu"), LayerLayout(8, 2)
     ])

@@ -287,9 +287,10 @@ def test_unsupported_trunks_are_refused_naming_the_module(spec):
 
 def test_fidelity_metrics_use_the_documented_names(actor, observations):
     quantized = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"))
-    metrics = fidelity_metrics(actor, quantized, observations)
+    metrics = fidelity_metrics(actor, quantized, observations, CONTINUOUS)
     assert set(metrics) == {
-        "quant/action_error", "quant/weight_error", "quant/payload_bytes", "quant/fp32_bytes", "quant/compression"
+        "quant/action_error", "quant/action_error_max", "quant/weight_error", "quant/payload_bytes",
+        "quant/fp32_bytes", "quant/compression"
     }
     assert 0 < metrics["quant/weight_error"] < 0.01
     assert metrics["quant/compression"] == metrics["quant/payload_bytes"] / metrics["quant/fp32_bytes"]

@@ -203,6 +203,10 @@ class CategoricalHead(nn.Module):
         log_probs = F.log_softmax(x, dim=-1)
         return log_probs.gather(-1, action.long().reshape(*x.shape[:-1], 1)).squeeze(-1)
 
+    def distribution(self, x: torch.Tensor) -> torch.distributions.Categorical:
+        """The distribution itself (what fidelity checks compare exactly)."""
+        return torch.distributions.Categorical(logits=x)
+
     def entropy(self, x: torch.Tensor) -> torch.Tensor:
         """The distribution's entropy per row."""
         log_probs = F.log_softmax(x, dim=-1)
@@ -234,6 +238,10 @@ class GaussianHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.maximum(torch.minimum(x, self.high), self.low)
+
+    def distribution(self, x: torch.Tensor) -> torch.distributions.Normal:
+        """The Gaussian itself, its mean unclipped (what fidelity checks compare exactly)."""
+        return torch.distributions.Normal(x, self.log_std.exp().expand_as(x))
 
     def sample(self, x: torch.Tensor) -> torch.Tensor:
         """A random (unclipped) action per row."""

@@ -217,13 +217,17 @@ def behaviour_correction(prox_log_prob: torch.Tensor, behaviour_log_prob: torch.
         ``r = pi_prox / mu``: unbiased, never negative); ``importance_weight_mean`` and
         ``importance_weight_max`` of the weights; ``truncated_fraction``, the share of steps
         whose ratio exceeded ``cap`` by more than float rounding (:data:`ROUNDING`: the
-        same fp32 policy run at another batch size differs in the last bits).
+        same fp32 policy run at another batch size differs in the last bits);
+        ``gradient_kept``, the share of the ratios' total that the weights keep
+        (``sum w / sum r``: 1 without truncation); ``effective_sample_size``, the ratios'
+        ``(sum r)^2 / (n sum r^2)`` as a share of the steps (1 when ``mu == pi_prox``); and
+        ``ratio_spread``, the mean ``exp(|log r|)`` (1 when ``mu == pi_prox``).
 
     Example:
         >>> mu = torch.log(torch.tensor([0.5, 0.25]))
         >>> terms = behaviour_correction(torch.log(torch.tensor([0.5, 0.5])), mu)
-        >>> terms["weight"], float(terms["truncated_fraction"])
-        (tensor([1., 1.]), 0.5)
+        >>> terms["weight"], float(terms["truncated_fraction"]), float(terms["gradient_kept"])
+        (tensor([1., 1.]), 0.5, 0.6666666865348816)
     """
     log_ratio = prox_log_prob.detach() - behaviour_log_prob
     ratio = log_ratio.exp()
@@ -234,6 +238,9 @@ def behaviour_correction(prox_log_prob: torch.Tensor, behaviour_log_prob: torch.
         "importance_weight_mean": weight.mean(),
         "importance_weight_max": weight.max(),
         "truncated_fraction": (ratio > cap * (1 + ROUNDING)).float().mean(),
+        "gradient_kept": weight.sum() / ratio.sum(),
+        "effective_sample_size": ratio.sum().pow(2) / (ratio.numel() * ratio.pow(2).sum()),
+        "ratio_spread": log_ratio.abs().exp().mean(),
     }
 
 

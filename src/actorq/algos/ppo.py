@@ -159,7 +159,9 @@ class PPO(OnPolicyLearner):
         terms = self._epochs(steps, self.current_clip_range())
         if isinstance(self.policy.normalizer, ObservationNormalizer):  # the next version's statistics
             self.policy.normalizer.update(rollout["observation"])
-        self._tally({**correction, "clip_fraction": terms["clip_fraction"],
+        # kl_behaviour_max: the run's largest per-rollout KL (summary.json)
+        self._tally({**correction, "kl_behaviour_max": correction["kl_behaviour"],
+                     "clip_fraction": terms["clip_fraction"],
                      "clip_fraction_first_epoch": terms["clip_fraction_first_epoch"],
                      "policy_lag": torch.tensor(self.policy_lag)})
         return {**terms, **correction}

@@ -5,10 +5,11 @@ behaviour network is finite and hands it to the experience pipeline
 (``trainer.datamodule.publish``), which owns the rest: the actors' precision
 (``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see weights on the same
 schedule), calibration (observations drawn uniformly from the replay without touching the
-learner's sampling state, or from the last rollout), encoding, and the push to every worker
+learner's sampling state, or the last rollout's), encoding, and the push to every worker
 as the next policy version. The fidelity metrics (the actors' copy against the learner's
-policy) run the decoded copy again, so they are measured on every
-``fidelity_every_n_pushes``-th push only, off the other pushes' path.
+policy, in the policy's own terms, on held-out recent observations: the rollout before the
+last, or a second draw from the replay) run the decoded copy again, so they are measured on
+every ``fidelity_every_n_pushes``-th push only.
 
 Example:
     >>> broadcast = QuantizeBroadcast(every_n_steps=100, warmup_steps=50)
@@ -51,7 +52,7 @@ class QuantizeBroadcast(Callback):
         fidelity_every_n_pushes: pushes between two measurements of the fidelity metrics.
     """
 
-    def __init__(self, every_n_steps: int = 100, warmup_steps: int = 0, fidelity_every_n_pushes: int = 10):
+    def __init__(self, every_n_steps: int = 100, warmup_steps: int = 0, fidelity_every_n_pushes: int = 1):
         if every_n_steps <= 0:
             raise ValueError(f"callbacks.broadcast.every_n_steps must be positive, got {every_n_steps}")
         if warmup_steps < 0:
@@ -65,6 +66,7 @@ class QuantizeBroadcast(Callback):
         self.schedule = Every(every_n_steps)
         self.last_step = 0
         self.broadcasts = 0
+        self.fidelity = FidelityTotals()
 
     @property
     def last_step(self) -> int:
@@ -100,21 +102,65 @@ class QuantizeBroadcast(Callback):
             "quant/broadcasts": float(self.broadcasts),
             "quant/policy_version": float(published.version),
         }
-        if (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
-            metrics.update(fidelity_metrics(network, published.actor_network, published.observations,
-                                            learner.spec.discrete))
+        if experience.log_prob_error is not None:  # the rollout the previous version collected
+            metrics["quant/log_prob_error"] = experience.log_prob_error
+        if published.held_out is not None and (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
+            started = time.perf_counter()
+            metrics.update(fidelity_metrics(network, published.actor_network, published.held_out, learner.spec))
+            metrics["quant/fidelity_ms"] = 1000 * (time.perf_counter() - started)
+        self.fidelity.add(metrics)
         if learner.logger is not None:  # once per push, at the push's frame count
             learner.logger.log_metrics(metrics, step=learner.frames)
         return metrics
 
+    def summary_fields(self) -> dict:
+        """``fidelity`` for summary.json: each measured fidelity metric's mean over the
+        measured pushes, its worst push, and how many were measured."""
+        return {"fidelity": self.fidelity.summary()}
+
     @override
     def state_dict(self) -> dict:
-        return {"last_step": self.last_step, "broadcasts": self.broadcasts}
+        return {"last_step": self.last_step, "broadcasts": self.broadcasts, "fidelity": self.fidelity.totals}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
         self.last_step = state_dict["last_step"]
         self.broadcasts = state_dict["broadcasts"]
+        self.fidelity = FidelityTotals(state_dict.get("fidelity", {}))
+
+
+class FidelityTotals:
+    """The fidelity metrics of a run's pushes, summed, with the worst push of each.
+
+    Example:
+        >>> totals = FidelityTotals()
+        >>> totals.add({"quant/kl": 0.01}); totals.add({"quant/kl": 0.03, "quant/broadcasts": 2.0})
+        >>> totals.summary()
+        {'kl': {'pushes': 2, 'mean': 0.02, 'worst': 0.03}}
+    """
+
+    # metric -> whether a larger value is worse
+    TRACKED = {"quant/kl": True, "quant/greedy_agreement": False, "quant/action_error": True,
+               "quant/log_prob_error": True}
+
+    def __init__(self, totals: dict | None = None):
+        self.totals: dict[str, dict[str, float]] = dict(totals or {})
+
+    def add(self, metrics: dict[str, float]) -> None:
+        for name, larger_is_worse in self.TRACKED.items():
+            if name not in metrics:
+                continue
+            value, total = metrics[name], self.totals.setdefault(name.split("/", 1)[1], {"pushes": 0, "sum": 0.0})
+            worst = total.get("worst", value)
+            total["worst"] = max(worst, value) if larger_is_worse else min(worst, value)
+            total["pushes"] += 1
+            total["sum"] += value
+
+    def summary(self) -> dict[str, dict[str, float]] | None:
+        if not self.totals:
+            return None
+        return {name: {"pushes": int(t["pushes"]), "mean": round(t["sum"] / t["pushes"], 12), "worst": t["worst"]}
+                for name, t in self.totals.items()}
 
 
 def on_cpu(network: nn.Module) -> nn.Module:

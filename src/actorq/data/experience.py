@@ -58,6 +58,12 @@ from actorq.data.replay.factory import transition_template
 # (``frames_done``, from the run's frame clock), not from a saved iterator position, which Lightning cannot know.
 warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 
+HELD_OUT_OBSERVATIONS = 256
+"""Observations each publish measures its copy's fidelity on."""
+
+LOG_PROB_CHECK_STEPS = 64
+"""Steps of each rollout whose recorded log-probability is recomputed."""
+
 if TYPE_CHECKING:
     from actorq.actors.pool import ActorPool
     from actorq.quant import QuantSpec
@@ -152,6 +158,8 @@ class Experience(L.LightningDataModule):
         self.actors: ActorPool | None = None
         self._replay_state: dict | None = None
         self._last_rollout: TensorDictBase | None = None
+        self._previous_rollout: TensorDictBase | None = None
+        self.log_prob_error: float | None = None
 
     @property
     def quant(self) -> QuantSpec | None:
@@ -201,7 +209,8 @@ class Experience(L.LightningDataModule):
         every learner rank hears rank 0's arrivals. A rollout is kept only until the next
         (calibration reads it)."""
         if self.kind == "rollout":
-            self._last_rollout = batch
+            self._previous_rollout, self._last_rollout = self._last_rollout, batch
+            self.log_prob_error = self._check_recorded_log_prob(batch)
             returns = ended_episode_returns(batch)
             return Arrivals(batch.numel(), len(returns), float(returns.sum()))
         arrivals = None
@@ -221,13 +230,40 @@ class Experience(L.LightningDataModule):
 
     def calibration_observations(self, count: int) -> torch.Tensor:
         """``count`` observations drawn uniformly from the replay, leaving the learner's
-        sampling state as it was, or from the last rollout (what a publish calibrates a
-        static int8 policy on)."""
+        sampling state as it was, or the last rollout's, each at most once (what a publish
+        calibrates a static int8 policy on: the whole rollout when it has ``count`` steps or
+        fewer, so its extremes are in the calibrated ranges)."""
         if self.kind == "replay":
             return self.replay.observations(count)
-        observations = self._last_rollout["observation"]
-        observations = observations.reshape(-1, observations.shape[-1])
-        return observations[torch.randint(len(observations), (count,))]
+        return _without_replacement(_flat_observations(self._last_rollout), count)
+
+    def held_out_observations(self, count: int) -> torch.Tensor | None:
+        """Recent observations the next publish does not calibrate on, where the fidelity of
+        its copy is measured: the rollout before the last one (``None`` before there is one),
+        or a second, independent draw from the replay (``None`` while it is empty)."""
+        if self.kind == "replay":
+            return self.replay.observations(count) if len(self.replay) else None
+        if self._previous_rollout is None:
+            return None
+        return _without_replacement(_flat_observations(self._previous_rollout), count)
+
+    @torch.no_grad()
+    def _check_recorded_log_prob(self, rollout: TensorDictBase) -> float | None:
+        """The largest ``|log mu_recorded - log mu|`` over a sample of the steps the actors ran
+        with the version published last, ``log mu`` recomputed with the main process's copy of
+        that version: the actors ran what the learner believes they ran when it is float
+        rounding (``None`` when the rollout records no log-prob or no step ran that version)."""
+        if "log_prob" not in rollout.keys() or self.actor_policy is None:
+            return None
+        steps = rollout.reshape(-1)
+        if "policy_version" in steps.keys():
+            steps = steps[steps["policy_version"] == self.policy_version]
+        if not len(steps):
+            return None
+        steps = steps[torch.randperm(len(steps))[:LOG_PROB_CHECK_STEPS]]
+        network = self.actor_policy.network
+        log_prob = network.head.log_prob(network.features(steps["observation"]), steps["action"])
+        return float((log_prob - steps["log_prob"].reshape(log_prob.shape)).abs().max())
 
     def publish(self, network: nn.Module) -> Published:
         """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,
@@ -239,6 +275,7 @@ class Experience(L.LightningDataModule):
         normalizer's statistics go with it.
         """
         observations = self.calibration_observations(self.quant.calibration_samples)
+        held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
         payload = quantize(network, self.quant, observations)
         actor_network = self.actor_policy.network
         actor_network.load_payload(payload)
@@ -249,7 +286,7 @@ class Experience(L.LightningDataModule):
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
-        return Published(self.policy_version, payload_nbytes(payload), actor_network, observations)
+        return Published(self.policy_version, payload_nbytes(payload), actor_network, observations, held_out)
 
     def _refresh_noise_scale(self) -> None:
         self.actor_policy.noise_scale.fill_(self.clock.noise_scale)
@@ -315,12 +352,27 @@ class Published:
         payload_bytes: bytes of the encoded payload that crossed to each worker.
         actor_network: the actors' network as decoded (the main process's copy).
         observations: the observations the encoding was calibrated on.
+        held_out: recent observations it was not calibrated on (``None`` at a rollout-fed
+            run's first push), where its fidelity is measured.
     """
 
     version: int
     payload_bytes: int
     actor_network: nn.Module
     observations: torch.Tensor
+    held_out: torch.Tensor | None = None
+
+
+def _flat_observations(batch: TensorDictBase) -> torch.Tensor:
+    observations = batch["observation"]
+    return observations.reshape(-1, observations.shape[-1])
+
+
+def _without_replacement(observations: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` of ``observations`` drawn without replacement (all of them if fewer)."""
+    if len(observations) <= count:
+        return observations
+    return observations[torch.randperm(len(observations))[:count]]
 
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:

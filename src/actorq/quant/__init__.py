@@ -23,7 +23,14 @@ import torch  # noqa: F401  (the example above uses it)
 
 from actorq.quant.codecs import Codec, codec_for
 from actorq.quant.auto import PrecisionChoice, choose, resolve_precision, select_precision
-from actorq.quant.fidelity import action_agreement, action_error, fidelity_metrics, fp32_nbytes, weight_error
+from actorq.quant.fidelity import (
+    action_agreement,
+    action_error,
+    fidelity_metrics,
+    fp32_nbytes,
+    policy_divergence,
+    weight_error,
+)
 from actorq.quant.layout import LayerLayout, TrunkLayout
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.quantize import Payload, payload_nbytes, quantize, reference_module
@@ -46,6 +53,7 @@ __all__ = [
     "fidelity_metrics",
     "fp32_nbytes",
     "payload_nbytes",
+    "policy_divergence",
     "quantize",
     "reference_module",
     "resolve_precision",

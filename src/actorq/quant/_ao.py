@@ -14,6 +14,7 @@ swapping the backend means rewriting this file only. Three parts:
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,25 +45,25 @@ warnings.filterwarnings(
 
 ACTIVATION_DTYPE = torch.quint8
 WEIGHT_DTYPE = torch.qint8
-# x86/fbgemm kernels may saturate 16-bit accumulators with full-range uint8 inputs, so
-# activations that feed a Linear use 7 bits (torch's own x86 default does the same).
+# Activations that feed an int8 Linear use all 8 bits where the engine's kernel sums such
+# inputs exactly on this CPU, else 7 (see saturates_full_range).
 REDUCED_ACTIVATION_MAX = 127
 FULL_ACTIVATION_MAX = 255
 
 ObserverFactory = Callable[[], nn.Module]
 
-# quant.calibration -> (spec, feeds_linear) -> activation observer constructor. QuantSpec
-# accepts exactly these names (in this order in its error message), so a new learned
-# observer is one entry here (it may read its parameters from the spec) plus its test.
+# quant.calibration -> (spec, reduce_range) -> activation observer constructor (reduce_range:
+# 7-bit codes). QuantSpec accepts exactly these names (in this order in its error message), so
+# a new learned observer is one entry here (it may read its parameters from the spec) plus its test.
 CALIBRATION_OBSERVERS: dict[str, Callable[[QuantSpec, bool], ObserverFactory]] = {
-    "minmax": lambda spec, feeds_linear: tqo.MinMaxObserver.with_args(
-        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
+    "minmax": lambda spec, reduce_range: tqo.MinMaxObserver.with_args(
+        dtype=ACTIVATION_DTYPE, reduce_range=reduce_range
     ),
-    "moving_average": lambda spec, feeds_linear: tqo.MovingAverageMinMaxObserver.with_args(
-        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
+    "moving_average": lambda spec, reduce_range: tqo.MovingAverageMinMaxObserver.with_args(
+        dtype=ACTIVATION_DTYPE, reduce_range=reduce_range
     ),
-    "histogram": lambda spec, feeds_linear: tqo.HistogramObserver.with_args(
-        dtype=ACTIVATION_DTYPE, reduce_range=feeds_linear
+    "histogram": lambda spec, reduce_range: tqo.HistogramObserver.with_args(
+        dtype=ACTIVATION_DTYPE, reduce_range=reduce_range
     ),
 }
 
@@ -102,13 +103,14 @@ def _weight_observer(per_channel: bool) -> Callable[[], nn.Module]:
 
 
 def _activation_observer(spec: QuantSpec, low: float, high: float, feeds_linear: bool) -> ObserverFactory:
+    reduce_range = feeds_linear and saturates_full_range(spec.engine or DEFAULT_ENGINE)
     if spec.observer == "fixed":
-        return _fixed_observer(low, high, feeds_linear)
-    return CALIBRATION_OBSERVERS[spec.calibration](spec, feeds_linear)
+        return _fixed_observer(low, high, reduce_range)
+    return CALIBRATION_OBSERVERS[spec.calibration](spec, reduce_range)
 
 
-def _fixed_observer(low: float, high: float, feeds_linear: bool) -> Callable[[], nn.Module]:
-    quant_max = REDUCED_ACTIVATION_MAX if feeds_linear else FULL_ACTIVATION_MAX
+def _fixed_observer(low: float, high: float, reduce_range: bool) -> Callable[[], nn.Module]:
+    quant_max = REDUCED_ACTIVATION_MAX if reduce_range else FULL_ACTIVATION_MAX
     low, high = min(low, 0.0), max(high, 0.0)
     scale = (high - low) / quant_max
     zero_point = int(round(-low / scale))
@@ -314,6 +316,30 @@ def packing_engine(engine: str) -> Iterator[None]:
         yield
     finally:
         torch.backends.quantized.engine = previous
+
+
+@functools.cache
+def saturates_full_range(engine: str) -> bool:
+    """Whether ``engine``'s int8 ``Linear`` kernel, on this CPU, loses sums of full-range
+    (8-bit) inputs, measured once per process: x86/fbgemm kernels without AVX-512 VNNI
+    multiply pairs of inputs into 16-bit sums that saturate, so inputs keep 7 bits there;
+    with VNNI (or another exact path) they get all 8, which halves their rounding error.
+
+    The int8 payload records the ranges, not the kernel: actors on another CPU than the
+    learner's (a Ray cluster) should match it, or run ``quant.engine`` kernels that it measured.
+    """
+    if engine not in ENGINES:
+        return True
+    width, code = 64, 127
+    exact = FULL_ACTIVATION_MAX * code * width
+    out_scale = exact / 200  # the exact sum lands on output code 200; a saturated one near 100
+    with packing_engine(engine):
+        linear = static_linear(torch.full((1, width), code, dtype=torch.int8), torch.ones(1),
+                               torch.zeros(1, dtype=torch.int32), torch.zeros(1), out_scale, 0, relu=False)
+        inputs = torch.quantize_per_tensor(torch.full((1, width), float(FULL_ACTIVATION_MAX)), 1.0, 0,
+                                           ACTIVATION_DTYPE)
+        out = float(linear(inputs).dequantize())
+    return abs(out - exact) > out_scale
 
 
 def quantized_weight(codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:

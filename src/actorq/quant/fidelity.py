@@ -1,15 +1,20 @@
 """How faithful the actors' quantized copy is to the learner's fp32 policy.
 
-The metric names in :func:`fidelity_metrics` are the documented ``quant/*`` names.
+:func:`policy_divergence` measures it in the policy's own terms, on observations the copy was
+not calibrated on (the broadcast passes held-out recent observations): the exact
+``KL(mu || pi)`` for a stochastic policy, the greedy-action agreement for a Q-network, the
+action error as a fraction of the action range for a deterministic actor. The metric names in
+:func:`fidelity_metrics` are the documented ``quant/*`` names.
 
 Example:
     >>> from actorq.envs import EnvSpec
-    >>> from actorq.algos.networks import DeterministicActor
+    >>> from actorq.algos.networks import GaussianPolicy
     >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
-    >>> actor = DeterministicActor(spec, hidden=(64, 64))
-    >>> copy = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"))
-    >>> action_error(actor, copy, torch.randn(128, 3)) < 0.05
-    True
+    >>> policy = GaussianPolicy(spec, hidden=(64, 64), log_std_init=-1.0)
+    >>> copy = QuantizedNetwork.from_network(policy, QuantSpec(bits=8, mode="dynamic"))
+    >>> divergence = policy_divergence(policy, copy, torch.randn(128, 3), spec)
+    >>> sorted(divergence), divergence["quant/kl"] < 1e-3
+    (['quant/kl', 'quant/kl_max'], True)
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actorq.quant.layout import TrunkLayout
+from actorq.quant.layout import TrunkLayout, input_normalizer
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.quantize import Payload, payload_nbytes
 from actorq.quant.spec import QuantSpec
@@ -62,6 +67,52 @@ def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec) -> float
     return float(torch.sqrt(error / norm))
 
 
+@torch.no_grad()
+def policy_divergence(reference: nn.Module, candidate: nn.Module, observations: torch.Tensor,
+                      spec) -> dict[str, float]:
+    """How far the actors' copy ``mu`` acts from the learner's policy ``pi`` on ``observations``.
+
+    In the policy's own terms, under the documented names:
+
+    * a stochastic policy (a head with ``distribution``: PPO's Gaussian or categorical, SAC's
+      squashed Gaussian, compared before the squashing, which leaves KL unchanged):
+      ``quant/kl``, the mean over observations of the exact ``KL(mu || pi)``, and
+      ``quant/kl_max``, its largest value;
+    * a Q-network: ``quant/greedy_agreement``, the share of observations on which both pick
+      the same greedy action;
+    * a deterministic actor: ``quant/action_error``, the mean ``|a_pi - a_mu|`` as a fraction of
+      the action range, and ``quant/action_error_max``.
+
+    Args:
+        reference: the learner's fp32 policy (``trunk``, ``head``, an optional ``normalizer``).
+        candidate: its copy at the actors' precision (a
+            :class:`~actorq.quant.network.QuantizedNetwork`).
+        observations: ``[N, obs_dim]``, as the env gives them.
+        spec: the env spec (``discrete``, ``action_low``, ``action_high``).
+    """
+    head = reference.head
+    if hasattr(head, "distribution"):
+        pi = head.distribution(_features(reference, observations))
+        mu = candidate.head.distribution(_features(candidate, observations))
+        kl = torch.distributions.kl_divergence(mu, pi)
+        if kl.dim() > 1:  # a diagonal Gaussian: independent dimensions
+            kl = kl.sum(-1)
+        return {"quant/kl": kl.mean().item(), "quant/kl_max": kl.max().item()}
+    if spec.discrete:
+        return {"quant/greedy_agreement": action_agreement(reference, candidate, observations)}
+    action_range = torch.tensor(spec.action_high) - torch.tensor(spec.action_low)
+    error = ((reference(observations).float() - candidate(observations).float()).abs() / action_range).mean(-1)
+    return {"quant/action_error": error.mean().item(), "quant/action_error_max": error.max().item()}
+
+
+def _features(network: nn.Module, observations: torch.Tensor) -> torch.Tensor:
+    """``trunk(normalizer(observations))``: what a policy's head reads."""
+    if hasattr(network, "features"):
+        return network.features(observations)
+    normalizer = input_normalizer(network)
+    return network.trunk(normalizer(observations) if normalizer is not None else observations)
+
+
 def fp32_nbytes(network: nn.Module) -> int:
     """Bytes of the same trunk as an fp32 payload (the ``bits=32`` broadcast)."""
     fp32 = QuantSpec(bits=32)
@@ -69,24 +120,26 @@ def fp32_nbytes(network: nn.Module) -> int:
 
 
 def fidelity_metrics(
-    network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, discrete: bool = False
+    network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, spec
 ) -> dict[str, float]:
     """Everything a broadcast logs about its payload, under the ``quant/`` metric names.
 
+    Args:
+        network: the learner's fp32 policy.
+        quantized: the actors' copy of it.
+        observations: held-out observations, not the ones the copy was calibrated on.
+        spec: the env spec.
+
     Returns:
-        ``quant/action_error``, ``quant/weight_error``, ``quant/payload_bytes``,
-        ``quant/fp32_bytes`` and ``quant/compression`` (payload bytes / fp32 bytes); plus
-        ``quant/action_agreement`` for discrete actions.
+        :func:`policy_divergence`'s terms, ``quant/weight_error``, ``quant/payload_bytes``,
+        ``quant/fp32_bytes`` and ``quant/compression`` (payload bytes / fp32 bytes).
     """
     payload = quantized.payload()
     nbytes, fp32 = payload_nbytes(payload), fp32_nbytes(network)
-    metrics = {
-        "quant/action_error": action_error(network, quantized, observations, discrete),
+    return {
+        **policy_divergence(network, quantized, observations, spec),
         "quant/weight_error": weight_error(network, payload, quantized.quant),
         "quant/payload_bytes": float(nbytes),
         "quant/fp32_bytes": float(fp32),
         "quant/compression": nbytes / fp32,
     }
-    if discrete:
-        metrics["quant/action_agreement"] = 1.0 - metrics["quant/action_error"]
-    return metrics

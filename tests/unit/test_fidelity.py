@@ -1,0 +1,152 @@
+"""The fidelity of the actors' copy, in the policy's own terms, on held-out observations; and the
+check that the actors recorded the log-probs of the version they were pushed."""
+
+from __future__ import annotations
+
+import copy
+import math
+from functools import partial
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from actorq.actors.policy import actor_policy
+from actorq.algos.networks import CategoricalPolicy, DeterministicActor, GaussianActor, GaussianPolicy, QNetwork
+from actorq.algos.ppo import PPO
+from actorq.data.experience import Experience
+from actorq.envs import EnvSpec
+from actorq.quant import QuantSpec, policy_divergence
+from actorq.run.clock import FrameClock
+
+CONTINUOUS = EnvSpec(obs_dim=5, discrete=False, action_dim=2, action_low=(-2.0, -2.0), action_high=(2.0, 2.0))
+DISCRETE = EnvSpec(obs_dim=5, discrete=True, num_actions=3)
+
+
+def shifted(network, bias_shift: torch.Tensor):
+    """A copy of ``network`` whose trunk output is moved by ``bias_shift``."""
+    other = copy.deepcopy(network)
+    with torch.no_grad():
+        other.trunk[-1].bias += bias_shift
+    return other
+
+
+def test_gaussian_kl_is_exact_and_of_mu_against_pi():
+    torch.manual_seed(0)
+    pi = GaussianPolicy(CONTINUOUS, (16,), log_std_init=-1.0)
+    mu = shifted(pi, torch.tensor([0.1, -0.3]))
+    with torch.no_grad():
+        mu.head.log_std.fill_(-0.5)
+    # KL(N(m1, s1) || N(m2, s2)) = log(s2 / s1) + (s1^2 + (m1 - m2)^2) / (2 s2^2) - 1/2, per dimension
+    s1, s2 = math.exp(-0.5), math.exp(-1.0)
+    expected = sum(math.log(s2 / s1) + (s1**2 + d**2) / (2 * s2**2) - 0.5 for d in (0.1, 0.3))
+    divergence = policy_divergence(pi, mu, torch.randn(64, 5), CONTINUOUS)
+    assert divergence["quant/kl"] == pytest.approx(expected, rel=1e-5)
+    assert divergence["quant/kl_max"] == pytest.approx(expected, rel=1e-5)  # the same at every state
+
+
+def test_gaussian_kl_reads_the_unclipped_mean():
+    torch.manual_seed(0)
+    pi = GaussianPolicy(CONTINUOUS, (16,), log_std_init=0.0)
+    with torch.no_grad():
+        pi.trunk[-1].bias.fill_(5.0)  # means far beyond the action bounds (+-2): clipped they agree
+    mu = shifted(pi, torch.tensor([1.0, 0.0]))
+    divergence = policy_divergence(pi, mu, torch.zeros(8, 5), CONTINUOUS)
+    assert divergence["quant/kl"] == pytest.approx(0.5, rel=1e-5)  # 1^2 / (2 * 1^2)
+
+
+def test_categorical_kl_is_exact():
+    pi = CategoricalPolicy(DISCRETE, (8,))
+    with torch.no_grad():
+        pi.trunk[-1].weight.zero_()
+        pi.trunk[-1].bias.copy_(torch.tensor([0.0, 1.0, 2.0]))
+    mu = shifted(pi, torch.tensor([1.0, 0.0, 0.0]))
+    p_mu, p_pi = torch.softmax(torch.tensor([1.0, 1.0, 2.0]), 0), torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0)
+    expected = float((p_mu * (p_mu / p_pi).log()).sum())
+    divergence = policy_divergence(pi, mu, torch.randn(10, 5), DISCRETE)
+    assert divergence["quant/kl"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_squashed_gaussian_kl_is_taken_before_the_squashing():
+    torch.manual_seed(0)
+    pi = GaussianActor(CONTINUOUS, (16,))
+    with torch.no_grad():
+        pi.trunk[-1].weight.zero_()
+        pi.trunk[-1].bias.copy_(torch.tensor([0.0, 0.0, -1.0, -1.0]))  # means 0, log-stds -1
+    mu = shifted(pi, torch.tensor([0.2, 0.0, 0.0, 0.0]))
+    divergence = policy_divergence(pi, mu, torch.randn(4, 5), CONTINUOUS)
+    assert divergence["quant/kl"] == pytest.approx(0.2**2 / (2 * math.exp(-2.0)), rel=1e-5)
+
+
+def test_q_network_greedy_agreement():
+    torch.manual_seed(0)
+    pi = QNetwork(DISCRETE, (16,))
+    mu = shifted(pi, torch.tensor([0.0, 0.0, 1e3]))  # always picks action 2
+    observations = torch.randn(200, 5)
+    expected = float((pi(observations).argmax(-1) == 2).float().mean())
+    assert 0 < expected < 1
+    divergence = policy_divergence(pi, mu, observations, DISCRETE)
+    assert divergence == {"quant/greedy_agreement": pytest.approx(expected)}
+
+
+def test_deterministic_action_error_is_a_fraction_of_the_action_range():
+    torch.manual_seed(0)
+    pi = DeterministicActor(CONTINUOUS, (16,))
+    mu = copy.deepcopy(pi)
+    with torch.no_grad():
+        mu.head.center += torch.tensor([0.4, 0.0])  # range 4: errors 0.1 and 0 of it
+    divergence = policy_divergence(pi, mu, torch.randn(32, 5), CONTINUOUS)
+    assert divergence["quant/action_error"] == pytest.approx(0.05, rel=1e-5)
+    assert divergence["quant/action_error_max"] == pytest.approx(0.05, rel=1e-5)
+
+
+# ---------------------------------------------------------------- what a publish measures on
+
+
+def rollout_experience(learner=None) -> Experience:
+    policy = None
+    if learner is not None:
+        policy = actor_policy(learner, QuantSpec(bits=32), torch.randn(8, DISCRETE.obs_dim))
+    make_actors = partial(lambda **kwargs: None, num_workers=1, frames_per_batch=6, total_frames=60)
+    return Experience("CartPole-v1", make_actors=make_actors, make_replay=None, actor_policy=policy,
+                      clock=FrameClock(lambda frames: 0.0), n_step=1, gamma=0.99, planned_updates=10,
+                      kind="rollout")
+
+
+def rollout(observations: torch.Tensor, **fields) -> TensorDict:
+    steps = len(observations)
+    done = torch.zeros(steps, 1, dtype=torch.bool)
+    return TensorDict({"observation": observations, **fields,
+                       "next": {"done": done, "reward": torch.zeros(steps, 1)}}, batch_size=[steps])
+
+
+def test_a_rollout_fed_publish_calibrates_on_the_last_rollout_and_measures_on_the_one_before():
+    torch.manual_seed(0)
+    experience = rollout_experience()
+    first, second = torch.arange(30.0).reshape(6, 5), 100 + torch.arange(30.0).reshape(6, 5)
+    experience.receive(rollout(first))
+    assert experience.held_out_observations(256) is None  # nothing held out at the first push
+    experience.receive(rollout(second))
+    calibration = experience.calibration_observations(512)
+    assert sorted(calibration[:, 0].tolist()) == sorted(second[:, 0].tolist())  # each step once
+    assert sorted(experience.held_out_observations(256)[:, 0].tolist()) == sorted(first[:, 0].tolist())
+    sample = experience.calibration_observations(4)
+    assert len(sample) == 4 and len(set(sample[:, 0].tolist())) == 4  # without replacement
+
+
+def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take():
+    torch.manual_seed(0)
+    learner = PPO(DISCRETE, hidden=(16,))
+    experience = rollout_experience(learner)
+    network = experience.actor_policy.network
+    observations = torch.randn(6, DISCRETE.obs_dim)
+    action, log_prob = network.sample_with_log_prob(observations)
+    version = torch.zeros(6, dtype=torch.int64)
+    experience.receive(rollout(observations, action=action, log_prob=log_prob, policy_version=version))
+    assert experience.log_prob_error == pytest.approx(0.0, abs=1e-6)
+    off = log_prob.clone()
+    off[3] += 0.5
+    experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version))
+    assert experience.log_prob_error == pytest.approx(0.5, rel=1e-4)
+    experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version + 1))
+    assert experience.log_prob_error is None  # no step ran the version published last

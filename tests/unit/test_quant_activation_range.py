@@ -1,0 +1,33 @@
+"""Activations that feed an int8 Linear keep 8 bits where the engine sums them exactly, 7 where
+it would saturate: the run-time measurement, not the CPU's name, decides."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actorq.algos.networks import DeterministicActor
+from actorq.envs import EnvSpec
+from actorq.quant import QuantSpec, _ao, quantize
+
+SPEC = EnvSpec(obs_dim=4, discrete=False, action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+
+
+@pytest.mark.parametrize("saturates, levels", [(True, 127), (False, 255)])
+@pytest.mark.parametrize("observer", ["learned", "fixed"])
+def test_the_input_codes_use_the_range_the_engine_sums_exactly(monkeypatch, saturates, levels, observer):
+    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: saturates)
+    torch.manual_seed(0)
+    actor = DeterministicActor(SPEC, (16, 16))
+    spec = QuantSpec(bits=8, mode="static", format="int8_static", observer=observer, input_range=(-3.0, 5.0))
+    calibration = torch.linspace(-3.0, 5.0, 64).unsqueeze(1).expand(64, 4)  # inputs span exactly [-3, 5]
+    payload = quantize(actor, spec, calibration)
+    assert float(payload["input_scale"]) == pytest.approx(8.0 / levels, rel=1e-5)
+
+
+def test_the_measurement_is_made_once_per_engine():
+    engine = _ao.DEFAULT_ENGINE
+    first = _ao.saturates_full_range(engine)
+    assert _ao.saturates_full_range(engine) is first
+    assert _ao.saturates_full_range.cache_info().hits >= 1
+    assert _ao.saturates_full_range("no-such-engine") is True  # unknown kernels keep 7 bits
