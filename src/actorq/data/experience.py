@@ -241,10 +241,8 @@ class Experience(L.LightningDataModule):
         observations = self.calibration_observations(self.quant.calibration_samples)
         payload = quantize(network, self.quant, observations)
         actor_network = self.actor_policy.network
-        actor_network.load_payload(payload)
-        actor_network.head.load_state_dict(network.head.state_dict())
-        if actor_network.normalizer is not None:
-            actor_network.normalizer.load_state_dict(network.normalizer.state_dict())
+        actor_network.load_version(payload, network.head.state_dict(),
+                                   network.normalizer.state_dict() if actor_network.normalizer is not None else None)
         self.policy_version += 1
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
