@@ -2,7 +2,9 @@
 continues: counters, schedules, the replay's contents and priorities (prioritized replay,
 ``replay.checkpoint=true``; ``tests/unit/test_replay_checkpoint.py`` covers every buffer),
 callback state and the TensorBoard curves. One interrupted run
-and one resumed run serve every test of this module."""
+and one resumed run serve every test of this module but the last, whose PPO run is finished
+and then continued to a larger budget: the actors' first rollout after the resume runs the
+policy version they ran before the stop (observation statistics included)."""
 
 import json
 import os
@@ -151,3 +153,27 @@ def test_the_resumed_run_warns_about_nothing_it_does_on_purpose(resumed):
 def test_periodic_checkpoints_keep_the_last_two(resumed):
     names = sorted(path.name for path in (resumed["run_dir"] / "checkpoints").iterdir())
     assert names == ["frames=5600.ckpt", "frames=6000.ckpt", "last.ckpt"]
+
+
+PPO_OVERRIDES = ["+experiment=ppo_cartpole", "quant.bits=8", "algo.normalize_observations=true",
+                 "eval.every_frames=100000", "~callbacks.carbon", "trainer.enable_progress_bar=false"]
+PPO_STOP, PPO_TOTAL = 1024, 1536
+INT8_KL = 1e-4  # what int8 actors alone cost, running the very version they were pushed, stays far below
+
+
+def test_the_first_ppo_rollout_after_a_resume_runs_the_policy_before_the_stop(tmp_path):
+    """The learner's behaviour KL on the first resumed rollout is int8's, as before the stop,
+    not that of actors normalizing with a fresh learner's observation statistics."""
+    from hydra import compose, initialize_config_module
+
+    from actorq.train import train
+
+    for total, resume in ((PPO_STOP, []), (PPO_TOTAL, ["ckpt_path=last"])):
+        with initialize_config_module("actorq.conf", version_base="1.3"):
+            cfg = compose("config", overrides=[*PPO_OVERRIDES, f"actors.total_frames={total}", f"run_dir={tmp_path}",
+                                               *resume])
+        train(cfg)
+    kl = dict(scalars(tmp_path / "tb")["train/kl_behaviour"])
+    before = [kl[frames] for frames in range(256, PPO_STOP + 1, 256)]
+    assert max(before) < INT8_KL, before
+    assert kl[PPO_STOP + 256] < INT8_KL, f"first rollout after the resume: {kl[PPO_STOP + 256]}, before: {before}"

@@ -11,11 +11,12 @@ import torch
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
+from actorq.algos.ppo import PPO
 from actorq.data.experience import Experience
 from actorq.quant import QuantSpec
 from actorq.data.replay import make_replay
 from actorq.data.replay.prioritized import PrioritizedReplay
-from tests.helpers import DISCRETE
+from tests.helpers import CONTINUOUS, DISCRETE
 
 
 class NoTrainer:
@@ -37,12 +38,13 @@ class RecordingPool:
         self.pushed_noise.append(float(policy.noise_scale))
 
 
-def experience_of(learner: DQN, planned_updates: int = 123) -> Experience:
-    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, 4))
+def experience_of(learner: DQN | PPO, planned_updates: int = 123, env_name: str = "CartPole-v1") -> Experience:
+    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, learner.spec.obs_dim))
     experience = Experience(
-        "CartPole-v1", make_actors=partial(RecordingPool, total_frames=1000),
+        env_name, make_actors=partial(RecordingPool, total_frames=1000),
         make_replay=partial(make_replay, capacity=1000, prioritized=True), actor_policy=policy,
-        clock=learner.clock, n_step=learner.n_step, gamma=learner.gamma, planned_updates=planned_updates, seed=7,
+        clock=learner.clock, n_step=getattr(learner, "n_step", 1), gamma=learner.gamma,
+        planned_updates=planned_updates, seed=7, kind=learner.experience_kind,
     )
     experience.trainer = NoTrainer()
     return experience
@@ -81,3 +83,31 @@ def test_the_learner_learns_from_the_experience_it_is_handed():
     learner.learn_from(experience)
     assert learner.experience is experience
     learner.on_fit_start()  # ready to fit
+
+
+def test_a_restored_experience_gives_the_actors_the_whole_version_they_ran_before_the_stop():
+    """A resumed run's first round must run the checkpoint's policy version (payload, learned
+    log-std, observation statistics, version number), not a fresh learner's head and statistics."""
+    trained = PPO(CONTINUOUS, hidden=(8,), normalize_observations=True)
+    trained.policy.normalizer.update(3 * torch.randn(64, CONTINUOUS.obs_dim) + 2)
+    with torch.no_grad():
+        trained.policy.head.log_std.fill_(-1.5)
+    stopped = experience_of(trained, env_name="Pendulum-v1")
+    stopped.train_dataloader()
+    stopped.calibration_observations = lambda count: torch.randn(count, CONTINUOUS.obs_dim)
+    for _ in range(2):
+        stopped.publish(trained.behaviour_network)
+
+    fresh = PPO(CONTINUOUS, hidden=(8,), normalize_observations=True)
+    resumed = experience_of(fresh, env_name="Pendulum-v1")
+    resumed.load_state_dict(stopped.state_dict())
+
+    before, after = stopped.actor_policy, resumed.actor_policy
+    assert int(after.policy_version) == int(before.policy_version) == resumed.policy_version == 2
+    observations = 3 * torch.randn(32, CONTINUOUS.obs_dim) + 2
+    torch.manual_seed(0)
+    action, log_prob = before.network.sample_with_log_prob(observations)
+    torch.manual_seed(0)
+    restored_action, restored_log_prob = after.network.sample_with_log_prob(observations)
+    torch.testing.assert_close(restored_action, action, atol=0, rtol=0)
+    torch.testing.assert_close(restored_log_prob, log_prob, atol=0, rtol=0)

@@ -278,10 +278,8 @@ class Experience(L.LightningDataModule):
         held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
         payload = quantize(network, self.quant, observations)
         actor_network = self.actor_policy.network
-        actor_network.load_payload(payload)
-        actor_network.head.load_state_dict(network.head.state_dict())
-        if actor_network.normalizer is not None:
-            actor_network.normalizer.load_state_dict(network.normalizer.state_dict())
+        actor_network.load_version(payload, network.head.state_dict(),
+                                   network.normalizer.state_dict() if actor_network.normalizer is not None else None)
         self.policy_version += 1
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
@@ -321,13 +319,19 @@ class Experience(L.LightningDataModule):
 
     def state_dict(self) -> dict:
         """The replay's state (sampling state; with ``replay.checkpoint`` its contents and
-        priorities too), the actors' precision and the payload they last received."""
+        priorities too), the actors' precision and the whole policy version they last
+        received: its number, payload, head state (a learned log-std) and observation
+        statistics."""
         state = {"replay": self.replay.state_dict() if self.replay is not None else {},
                  "policy_version": self.policy_version}
         if self.quant is not None:
             state["quant"] = dataclasses.asdict(self.quant)
         if self.actor_policy is not None:
-            state["payload"] = {k: v.clone() for k, v in self.actor_policy.network.payload().items()}
+            network = self.actor_policy.network
+            state["payload"] = {k: v.clone() for k, v in network.payload().items()}
+            state["head"] = _cloned_state(network.head)
+            if network.normalizer is not None:
+                state["normalizer"] = _cloned_state(network.normalizer)
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -337,7 +341,10 @@ class Experience(L.LightningDataModule):
         else:
             self._replay_state = replay_state
         if self.actor_policy is not None and "payload" in state_dict:
-            self.actor_policy.network.load_payload(state_dict["payload"])
+            # The actors restart with the checkpoint's whole version, not the fresh learner's
+            # head and statistics (checkpoints written before they were saved hold none).
+            self.actor_policy.network.load_version(state_dict["payload"], state_dict.get("head"),
+                                                   state_dict.get("normalizer"))
         self.policy_version = state_dict.get("policy_version", 0)
         if self.actor_policy is not None:
             self.actor_policy.policy_version.fill_(self.policy_version)
@@ -373,6 +380,11 @@ def _without_replacement(observations: torch.Tensor, count: int) -> torch.Tensor
     if len(observations) <= count:
         return observations
     return observations[torch.randperm(len(observations))[:count]]
+
+
+def _cloned_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``module``'s state, detached from the tensors the next push rewrites."""
+    return {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
 
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:

@@ -5,7 +5,9 @@
 ordinary dtypes, so :meth:`actorq.actors.pool.ActorPool.push` (TorchRL's shared-memory weight
 sync, built on ``TensorDict.from_module``) copies them into every worker. A ``version`` buffer
 travels with them; a worker that sees a new version rebuilds its executable trunk (torch.ao
-quantized modules for int8) before the next forward.
+quantized modules for int8) before the next forward, from a snapshot of the whole version:
+payload, head state (a learned log-std) and observation statistics, taken under a sequence
+lock, so a push is one whole policy version to every reader.
 
 Example:
     >>> from actorq.envs import EnvSpec
@@ -24,7 +26,8 @@ from __future__ import annotations
 import copy
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -38,7 +41,25 @@ from actorq.quant.spec import QuantSpec
 # learner's process never reuses a number a worker has already built.
 _next_version = itertools.count(1)
 
-_NOT_BUILT = -1
+
+
+class BuiltVersion(NamedTuple):
+    """One policy version as a reader runs it: private copies, never written by a later load.
+
+    Attributes:
+        version: the ``version`` it was built from.
+        trunk: the executable trunk decoded from the payload.
+        run: ``trunk``'s forward without module-call overhead (:func:`direct_calls`).
+        head: a copy of the head with this version's state.
+        normalizer: a copy of the observation normalizer with this version's statistics
+            (``None`` if the policy has none).
+    """
+
+    version: int
+    trunk: nn.Sequential
+    run: Callable[[torch.Tensor], torch.Tensor]
+    head: nn.Module
+    normalizer: nn.Module | None
 
 
 class QuantizedNetwork(nn.Module):
@@ -56,7 +77,10 @@ class QuantizedNetwork(nn.Module):
             (its statistics are buffers, pushed with the payload); none if ``None``.
 
     Attributes:
-        version: int64 buffer, bumped by :meth:`load_payload`; workers rebuild when it changes.
+        version: int64 buffer, bumped by :meth:`load_version`; workers rebuild when it changes.
+        head: the head holding the state of the version loaded last (what weight sync copies);
+            a forward runs the copy built with the trunk (:class:`BuiltVersion`).
+        normalizer: likewise, the observation normalizer (``None`` without one).
     """
 
     def __init__(
@@ -74,10 +98,10 @@ class QuantizedNetwork(nn.Module):
         self.codec = quant.codec  # raises for an unresolved bits=auto
         self.codec.check_layout(self.layout)
         self.head = head if head is not None else nn.Identity()
-        # A sequence lock around the payload: TorchRL copies buffers in registration order,
-        # so a push writes version_begin, then the payload, then version. A worker that
-        # reads version before building and the same value in version_begin after it knows
-        # no push touched the payload in between (see _build).
+        # A sequence lock around the whole version (payload, head, normalizer): load_version
+        # writes version_begin, then the rest, then version. A reader that reads version
+        # before its snapshot and the same value in version_begin after it knows no load
+        # touched the version in between (see _build).
         self.register_buffer("version_begin", torch.zeros((), dtype=torch.int64))
         for name, (shape, dtype) in self.codec.payload_spec(self.layout, quant).items():
             self.register_buffer(name, _placeholder(name, shape, dtype))
@@ -107,12 +131,53 @@ class QuantizedNetwork(nn.Module):
         return {name: getattr(self, name) for name in self.codec.payload_spec(self.layout, self.quant)}
 
     def load_payload(self, payload: Payload) -> None:
-        """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``.
+        """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``,
+        keeping the head's and the normalizer's state: :meth:`load_version` with the payload
+        alone."""
+        self.load_version(payload)
+
+    def load_version(
+        self,
+        payload: Payload,
+        head_state: Mapping[str, torch.Tensor] | None = None,
+        normalizer_state: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        """Loads a whole policy version in place and bumps ``version``: the payload, the
+        head's own state and the observation normalizer's statistics.
 
         After this, ``pool.push(policy)`` with the policy that holds this network carries the
-        payload to every actor. The buffers may be the very memory workers read, so the write
-        follows the sequence lock: ``version_begin`` first, then the payload, then ``version``.
+        version to every actor. The tensors written are the very memory the workers read
+        (TorchRL's shared-memory sync shares them), so the load is the push's write, and it
+        follows the sequence lock whatever order TorchRL copies keys in: ``version_begin``
+        first, then the payload, head and normalizer, then ``version``. Every part is checked
+        before anything is written.
+
+        Args:
+            payload: from :func:`actorq.quant.quantize`.
+            head_state: the head's ``state_dict()`` (a learned log-std); ``None`` keeps the
+                current one.
+            normalizer_state: the observation normalizer's ``state_dict()``; ``None`` keeps
+                the current statistics.
+
+        Raises:
+            ConfigError: a part does not fit this network (nothing is written then).
         """
+        writes = list(self._payload_writes(payload))
+        if head_state is not None:
+            writes += _state_writes(self.head, head_state, "head")
+        if normalizer_state is not None:
+            if self._modules["normalizer"] is None:
+                raise ConfigError("a normalizer state was given to a network that does not normalize observations")
+            writes += _state_writes(self._modules["normalizer"], normalizer_state, "normalizer")
+        version = next(_next_version)
+        with torch.no_grad():
+            self.version_begin.fill_(version)  # readers that snapshot from now on retry
+            for target, value in writes:
+                target.copy_(value)
+            self.version.fill_(version)
+
+    def _payload_writes(self, payload: Payload) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(buffer, new value)`` for every payload tensor, checked against the codec's spec."""
         expected = self.codec.payload_spec(self.layout, self.quant)
         if set(payload) != set(expected):
             missing, extra = sorted(set(expected) - set(payload)), sorted(set(payload) - set(expected))
@@ -127,16 +192,11 @@ class QuantizedNetwork(nn.Module):
                     f"payload tensor {name} is {value.dtype}{list(value.shape)}, "
                     f"expected {dtype}{list(shape)}"
                 )
-        version = next(_next_version)
-        self.version_begin.fill_(version)  # readers that snapshot from now on retry
-        for name in expected:
-            getattr(self, name).copy_(payload[name])
-        self.version.fill_(version)
+        return [(getattr(self, name), payload[name]) for name in expected]
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        self._ensure_built()
-        # Direct dict lookups: nn.Module.__getattr__ costs more than a small actor's matmul.
-        run, head, normalizer = self._run_trunk, self._modules["head"].forward, self._modules["normalizer"]
+        built = self.built()
+        run, head, normalizer = built.run, built.head.forward, built.normalizer
         if normalizer is not None:
             observation = normalizer(observation)
         if observation.dim() == 2:
@@ -148,67 +208,92 @@ class QuantizedNetwork(nn.Module):
 
     def sample(self, observation: torch.Tensor) -> torch.Tensor:
         """``head.sample(trunk(obs))``: a stochastic policy's action (SAC's actors)."""
-        return self._modules["head"].sample(self.features(observation))
+        built = self.built()
+        return built.head.sample(_features(built, observation))
 
     def sample_with_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``head.sample_with_log_prob(trunk(obs))``: an action and its log-probability under
-        this (reduced-precision) policy, what on-policy actors record."""
-        return self._modules["head"].sample_with_log_prob(self.features(observation))
+        this (reduced-precision) policy, what on-policy actors record. Both come from one
+        version, however often the head reads its state."""
+        built = self.built()
+        return built.head.sample_with_log_prob(_features(built, observation))
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations (normalized
         first, if the policy normalizes them)."""
-        self._ensure_built()
-        run, normalizer = self._run_trunk, self._modules["normalizer"]
-        if normalizer is not None:
-            observation = normalizer(observation)
-        if observation.dim() == 2:
-            return run(observation)
-        flat = run(observation.reshape(-1, observation.shape[-1]))
-        return flat.reshape(*observation.shape[:-1], flat.shape[-1])
+        return _features(self.built(), observation)
 
     def executable_trunk(self) -> nn.Sequential:
         """The trunk actually run (rebuilt from the current payload if it changed)."""
-        self._ensure_built()
-        return self._trunk
+        return self.built().trunk
 
-    def _ensure_built(self) -> None:
-        if self._buffers["version"].item() != self._built_version:
-            self._build()
+    def built(self) -> BuiltVersion:
+        """The version this network runs: the last one loaded (built from it if it is new)."""
+        built = self._built
+        if built is None or self._buffers["version"].item() != built.version:
+            built = self._build()
+        return built
 
-    def _build(self) -> None:
-        for attempt in itertools.count():  # retry while a push is (or was) rewriting the payload
+    def _build(self) -> BuiltVersion:
+        for attempt in itertools.count():  # retry while a load is (or was) rewriting the version
             version = int(self.version)
-            # A snapshot, not the buffers: built modules may keep references to the tensors
-            # they are given (fbgemm keeps the bias), and the next push rewrites the buffers
-            # in place before it bumps ``version``.
+            # A snapshot, not the live tensors: built modules may keep references to the
+            # tensors they are given (fbgemm keeps the bias), and the next load rewrites
+            # them in place before it bumps ``version``.
             snapshot = {name: tensor.clone() for name, tensor in self.payload().items()}
+            head, normalizer = _frozen_copy(self.head), _frozen_copy(self._modules["normalizer"])
             if int(self.version_begin) == version:
                 break
             if attempt >= 3:
-                time.sleep(0.0005)  # a push is under way: let the writer finish
+                time.sleep(0.0005)  # a load is under way: let the writer finish
         trunk = self.codec.decode(self.layout, self.quant, snapshot)
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
-        # sync anyway, and the synced structure must not depend on what was built.
-        object.__setattr__(self, "_trunk", trunk)
-        object.__setattr__(self, "_run_trunk", direct_calls(trunk))
-        object.__setattr__(self, "_built_version", version)
+        # sync anyway, and the synced structure must not depend on what was built. One
+        # assignment, so a reader sees the old version or the new one, whole.
+        built = BuiltVersion(version, trunk, direct_calls(trunk), head, normalizer)
+        object.__setattr__(self, "_built", built)
+        return built
 
     def _forget_trunk(self) -> None:
-        object.__setattr__(self, "_trunk", None)
-        object.__setattr__(self, "_run_trunk", None)
-        object.__setattr__(self, "_built_version", _NOT_BUILT)
+        object.__setattr__(self, "_built", None)
 
     def __getstate__(self) -> dict:
         # Workers and deep copies rebuild the trunk; packed int8 weights do not pickle.
         state = self.__dict__.copy()
-        state["_trunk"], state["_run_trunk"], state["_built_version"] = None, None, _NOT_BUILT
+        state["_built"] = None
         return state
 
     def extra_repr(self) -> str:
         activations = [layer.activation for layer in self.layout.layers]
         norms = [layer.norm for layer in self.layout.layers]
         return f"{self.quant.describe()}, sizes={self.layout.sizes}, norms={norms}, activations={activations}"
+
+
+def _features(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
+    """``built``'s trunk output for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
+    if built.normalizer is not None:
+        observation = built.normalizer(observation)
+    if observation.dim() == 2:
+        return built.run(observation)
+    flat = built.run(observation.reshape(-1, observation.shape[-1]))
+    return flat.reshape(*observation.shape[:-1], flat.shape[-1])
+
+
+def _frozen_copy(module: nn.Module | None) -> nn.Module | None:
+    """A private copy of ``module`` whose tensors no load writes (``None`` stays ``None``)."""
+    return None if module is None else copy.deepcopy(module).requires_grad_(False)
+
+
+def _state_writes(module: nn.Module, state: Mapping[str, torch.Tensor], part: str
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(tensor, new value)`` for every entry of ``module``'s state, checked against ``state``."""
+    targets = module.state_dict(keep_vars=True)
+    if set(state) != set(targets):
+        raise ConfigError(f"{part} state does not fit this network: expected {sorted(targets)}, got {sorted(state)}")
+    for name, target in targets.items():
+        if state[name].shape != target.shape:
+            raise ConfigError(f"{part} tensor {name} is {list(state[name].shape)}, expected {list(target.shape)}")
+    return [(target, state[name]) for name, target in targets.items()]
 
 
 def direct_calls(trunk: nn.Sequential) -> Callable[[torch.Tensor], torch.Tensor]:
