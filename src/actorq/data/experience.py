@@ -320,8 +320,8 @@ class Experience(L.LightningDataModule):
         actorq.export``): ``quant.calibration_samples`` observations drawn as a publish draws
         its calibration set, from the states the run's policy visits.
 
-        Every random stream the run draws from (torch's, the replay's calibration draws) is
-        left as it was, so how often a run checkpoints never changes what it does. Before any
+        Torch's generator and the replay's calibration draws are left as they were, so saving
+        a checkpoint changes none of the run's later draws. Before any
         experience arrived it is the set a resumed run's checkpoint held; ``None`` without
         either, or without actors' precision.
         """
