@@ -3,8 +3,9 @@
 Two ways in: :func:`export` writes a :class:`~actorq.quant.QuantizedNetwork` (trunk at its
 precision + fp32 head); ``python -m actorq.export CHECKPOINT OUT`` (:func:`export_checkpoint`)
 writes the actors' policy of a run's checkpoint: the payload they last received, or for an
-fp32 run an int8 dynamic quantization unless ``--bits`` says otherwise. Either way
-``torch.jit.load(OUT)(observation) -> action``.
+fp32 run an int8 dynamic quantization unless ``--bits`` says otherwise. A re-quantization
+calibrates on the observations the run saved with the checkpoint (states its policy visited;
+:func:`calibration_set`). Either way ``torch.jit.load(OUT)(observation) -> action``.
 
 Example:
     >>> import tempfile, pathlib
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -36,14 +38,17 @@ import torch
 from torch import nn
 
 from actorq.tools.agent import learner_from_config, payload_format, saved_actors_network
+from actorq.data.experience import CALIBRATION_OBSERVATIONS
 from actorq.envs import make_env, random_observations
 from actorq.util.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
 from actorq.run.resume import EXPERIENCE_STATE, read_checkpoint
 
-__all__ = ["StandalonePolicy", "actors_network", "export", "export_checkpoint", "load_learner", "payload_format"]
+__all__ = ["StandalonePolicy", "actors_network", "calibration_set", "export", "export_checkpoint", "load_learner",
+           "payload_format"]
 
 METADATA_FILE = "actorq.json"
+log = logging.getLogger(__name__)
 
 
 class StandalonePolicy(nn.Module):
@@ -116,7 +121,7 @@ def load_learner(checkpoint: dict):
 
 def actors_network(checkpoint: dict, learner, env, bits: int | None) -> QuantizedNetwork:
     """The network the actors last ran, or a fresh quantization at ``bits`` (int8 dynamic
-    for a run whose actors were fp32)."""
+    for a run whose actors were fp32) calibrated on :func:`calibration_set`."""
     state = checkpoint.get(EXPERIENCE_STATE, {})
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
@@ -126,8 +131,24 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
         quant = quant.with_bits(bits)
     elif quant.is_full_precision:
         quant = QuantSpec(bits=8, mode="dynamic")
-    calibration = random_observations(env, quant.calibration_samples)
-    return QuantizedNetwork.from_network(network, quant, calibration)
+    return QuantizedNetwork.from_network(network, quant, calibration_set(checkpoint, env, quant))
+
+
+def calibration_set(checkpoint: dict, env, quant: QuantSpec) -> torch.Tensor:
+    """The observations a re-quantization of the checkpoint's policy at ``quant`` calibrates on.
+
+    The run's own, saved with the checkpoint (states its policy visited); for a checkpoint
+    written before runs saved them, ``quant.calibration_samples`` observations from random
+    actions in ``env``, with a logged note where the precision calibrates on them.
+    """
+    saved = checkpoint.get(EXPERIENCE_STATE, {}).get(CALIBRATION_OBSERVATIONS)
+    if saved is not None:
+        return saved
+    if quant.needs_calibration:
+        log.warning("the checkpoint holds no observations from its run (written by an older actorq): "
+                    "%s calibrates on %d observations from random actions, not on the states the "
+                    "trained policy visits", quant.describe(), quant.calibration_samples)
+    return random_observations(env, quant.calibration_samples)
 
 
 def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | None = None) -> Path:

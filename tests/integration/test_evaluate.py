@@ -1,7 +1,7 @@
 """Using a trained run: ``actorq.load``, ``python -m actorq.evaluate`` (returns, videos, bad
-input) and the export command's one-line errors, on two tiny real runs trained once for
-the module: DQN on gymnasium's CartPole (fp32 actors) and TD3 on dm_control's
-cartpole-balance (int8 actors)."""
+input) and the export command (its one-line errors, its calibration on the run's
+observations), on two tiny real runs trained once for the module: DQN on gymnasium's
+CartPole (fp32 actors) and TD3 on dm_control's cartpole-balance (int8 actors)."""
 
 import os
 import re
@@ -18,8 +18,10 @@ from hydra import compose, initialize_config_module
 
 import actorq
 from actorq import evaluate, export
+from actorq.data.experience import CALIBRATION_OBSERVATIONS
 from actorq.evaluate import play
-from actorq.quant import QuantizedNetwork
+from actorq.quant import QuantizedNetwork, QuantSpec
+from actorq.run.resume import read_checkpoint
 from actorq.train import train
 from tests.conftest import TINY
 
@@ -47,8 +49,10 @@ def cartpole(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def balance(tmp_path_factory) -> tuple[Path, dict]:
     run_dir = tmp_path_factory.mktemp("balance")
+    # Two hidden layers: int8 static keeps the first and last Linear in fp32, so the middle
+    # one is the actors' int8 layer, the one whose activation ranges calibration decides.
     summary = tiny_run(run_dir, "+experiment=td3_pendulum", "env=cartpole_balance", "quant.bits=8",
-                       "algo.actor_hidden=[32]", "algo.critic_hidden=[32]")
+                       "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32]")
     return run_dir, summary
 
 
@@ -254,3 +258,20 @@ def test_export_writes_the_policy_load_plays(cartpole, tmp_path, capsys):
     observations = torch.randn(256, 4) * 0.1
     agreement = (standalone(observations) == actorq.load(cartpole).act(observations)).float().mean()
     assert agreement > 0.9
+
+
+def test_an_export_re_quantizes_on_the_observations_the_checkpoint_holds(balance, tmp_path):
+    """A run's checkpoint holds a calibration set of its observations, and a re-quantization
+    (``--bits 8``) is the checkpoint's policy calibrated on exactly those."""
+    run_dir, _ = balance
+    path = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = read_checkpoint(path)
+    saved = checkpoint["Experience"][CALIBRATION_OBSERVATIONS]
+    quant = QuantSpec(**checkpoint["Experience"]["quant"])
+    learner, _ = export.load_learner(checkpoint)
+    assert saved.shape == (quant.calibration_samples, learner.spec.obs_dim) and saved.dtype == torch.float32
+    standalone = torch.jit.load(str(export.export_checkpoint(path, tmp_path / "policy.pt", bits=8)))
+    expected = QuantizedNetwork.from_network(learner.behaviour_network, quant.with_bits(8), saved)
+    observations = torch.cat([saved, torch.randn(64, saved.shape[1]) * 3])
+    with torch.no_grad():
+        torch.testing.assert_close(standalone(observations), expected(observations), atol=1e-6, rtol=0)

@@ -3,16 +3,21 @@ train() hands it (the frame clock, n-step settings, planned updates), and the le
 from the experience it is handed."""
 
 import dataclasses
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.algos.ppo import PPO
-from actorq.data.experience import Experience
+from actorq.data.experience import CALIBRATION_OBSERVATIONS, Experience
+from actorq.data.replay.factory import transition_template
+from actorq.envs import make_env
 from actorq.quant import QuantSpec
 from actorq.data.replay import make_replay
 from actorq.data.replay.prioritized import PrioritizedReplay
@@ -111,3 +116,63 @@ def test_a_restored_experience_gives_the_actors_the_whole_version_they_ran_befor
     restored_action, restored_log_prob = after.network.sample_with_log_prob(observations)
     torch.testing.assert_close(restored_action, action, atol=0, rtol=0)
     torch.testing.assert_close(restored_log_prob, log_prob, atol=0, rtol=0)
+
+
+def stored(observations: torch.Tensor):
+    """Transitions of CartPole whose observations are ``observations``."""
+    transitions = transition_template(make_env("CartPole-v1")).expand(len(observations)).clone()
+    transitions["observation"] = observations
+    return transitions
+
+
+def rand_after(draws: Callable[[], Any]) -> tuple[Any, torch.Tensor]:
+    """What ``draws()`` returns, and torch's next draw after it from seed 3."""
+    torch.manual_seed(3)
+    result = draws()
+    return result, torch.rand(3)
+
+
+@pytest.mark.parametrize("drawn_before", [False, True])
+def test_a_checkpoint_keeps_a_calibration_set_of_stored_observations_and_changes_no_draw(drawn_before):
+    """The set comes from the replay, as a publish's would; saving it leaves the next publish's
+    draws as they would have been (how often a run checkpoints changes nothing it does)."""
+    observations = torch.arange(200 * 4, dtype=torch.float32).reshape(200, 4)
+    checkpointed, twin = (experience_of(DQN(DISCRETE, Exploration(0.1), hidden=(8,))) for _ in range(2))
+    for experience in (checkpointed, twin):
+        experience.setup("fit")
+        experience.replay.extend(stored(observations))
+        if drawn_before:  # a publish drew its calibration set before
+            experience.calibration_observations(8)
+    state, after = rand_after(checkpointed.state_dict)
+    kept = state[CALIBRATION_OBSERVATIONS]
+    assert kept.shape == (QuantSpec(bits=8).calibration_samples, 4)
+    assert (kept[:, None, :] == observations[None]).all(-1).any(-1).all()  # every row a stored observation
+    assert torch.equal(after, rand_after(lambda: None)[1])  # torch's draws untouched
+    assert torch.equal(checkpointed.calibration_observations(8), twin.calibration_observations(8))
+
+
+def test_a_rollout_checkpoint_keeps_observations_of_the_last_rollout_and_changes_no_draw():
+    learner = DQN(DISCRETE, Exploration(0.1), hidden=(8,))
+    experience = Experience(
+        "CartPole-v1", make_actors=partial(RecordingPool, total_frames=1000), make_replay=None,
+        actor_policy=actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, 4)),
+        clock=learner.clock, n_step=1, gamma=0.99, planned_updates=0, kind="rollout",
+    )
+    assert CALIBRATION_OBSERVATIONS not in experience.state_dict()  # nothing arrived yet
+    observations = torch.randn(2, 32, 4)
+    experience.receive(TensorDict({"observation": observations, "next": {"done": torch.zeros(2, 32, 1, dtype=bool)}},
+                                  batch_size=[2, 32]))
+    state, after = rand_after(experience.state_dict)
+    kept = state[CALIBRATION_OBSERVATIONS]
+    assert torch.equal(after, rand_after(lambda: None)[1])  # torch's draws untouched
+    assert (kept[:, None, :] == observations.reshape(-1, 4)[None]).all(-1).any(-1).all()
+
+
+def test_a_resumed_run_keeps_the_saved_set_until_experience_arrives():
+    saved = torch.randn(512, 4)
+    experience = experience_of(DQN(DISCRETE, Exploration(0.1), hidden=(8,)))
+    experience.setup("fit")
+    experience.load_state_dict({"replay": {}, CALIBRATION_OBSERVATIONS: saved})
+    assert experience.state_dict()[CALIBRATION_OBSERVATIONS] is saved  # an empty replay: the resumed set
+    experience.replay.extend(stored(torch.full((10, 4), 7.0)))
+    assert (experience.state_dict()[CALIBRATION_OBSERVATIONS] == 7.0).all()

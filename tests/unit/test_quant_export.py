@@ -1,13 +1,16 @@
-"""Exporting a quantized policy from a checkpoint: the codec a checkpoint's payload was written with."""
+"""Exporting a quantized policy from a checkpoint: the codec a checkpoint's payload was written with,
+and the observations a re-quantization calibrates on."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from types import SimpleNamespace
 
 import torch
 
-from actorq.envs import EnvSpec
+from actorq.data.experience import CALIBRATION_OBSERVATIONS
+from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.export import actors_network, payload_format
 from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, quantize
@@ -30,3 +33,54 @@ def test_a_checkpoint_with_the_previous_all_int8_payload_still_exports(tmp_path)
     expected = QuantizedNetwork.from_network(actor, all_int8, observations)
     torch.testing.assert_close(network(observations), expected(observations), atol=0, rtol=0)
     assert payload_format(configured, actor, quantize(actor, configured, observations)) == configured
+
+
+PENDULUM = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+STATIC = QuantSpec(bits=8, mode="static")
+
+
+def pendulum_setup() -> tuple[DeterministicActor, SimpleNamespace, torch.Tensor]:
+    """An actor, the learner holding it, and states a trained Pendulum policy visits (upright,
+    spinning fast): far from where random actions take the pendulum."""
+    torch.manual_seed(0)
+    actor = DeterministicActor(PENDULUM, (32, 32)).eval()
+    visited = torch.stack([torch.ones(512), torch.zeros(512), torch.linspace(-8.0, 8.0, 512)], dim=1)
+    return actor, SimpleNamespace(behaviour_network=actor), visited
+
+
+def random_action_observations() -> torch.Tensor:
+    torch.manual_seed(1)
+    return random_observations(make_env("Pendulum-v1", seed=1), STATIC.calibration_samples)
+
+
+def assert_payloads_equal(actual: dict, expected: dict) -> None:
+    assert actual.keys() == expected.keys()
+    assert all(torch.equal(actual[name], expected[name]) for name in expected), "payloads differ"
+
+
+def test_a_re_quantization_calibrates_on_the_observations_saved_with_the_checkpoint(caplog):
+    actor, learner, visited = pendulum_setup()
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(STATIC), CALIBRATION_OBSERVATIONS: visited}}
+    with caplog.at_level(logging.WARNING, logger="actorq.export"):
+        network = actors_network(checkpoint, learner, env=None, bits=8)  # no env: nothing random to draw
+    assert_payloads_equal(network.payload(), quantize(actor, STATIC, visited))
+    random_calibrated = quantize(actor, STATIC, random_action_observations())
+    assert any(not torch.equal(network.payload()[name], random_calibrated[name]) for name in random_calibrated)
+    assert not caplog.records
+
+
+def test_a_checkpoint_without_saved_observations_calibrates_on_random_actions_with_a_note(caplog):
+    actor, learner, _ = pendulum_setup()
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(STATIC)}}  # written before runs saved them
+    with caplog.at_level(logging.WARNING, logger="actorq.export"):
+        torch.manual_seed(1)
+        network = actors_network(checkpoint, learner, make_env("Pendulum-v1", seed=1), bits=8)
+    assert_payloads_equal(network.payload(), quantize(actor, STATIC, random_action_observations()))
+    [note] = caplog.records
+    assert "no observations from its run" in note.getMessage() and "random actions" in note.getMessage()
+
+    caplog.clear()  # int8 dynamic (an fp32 run's export) calibrates on nothing: no note
+    fp32_run = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=32))}}
+    with caplog.at_level(logging.WARNING, logger="actorq.export"):
+        assert actors_network(fp32_run, learner, make_env("Pendulum-v1", seed=1), bits=None).quant.mode == "dynamic"
+    assert not caplog.records

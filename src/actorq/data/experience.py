@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -67,6 +68,9 @@ LOG_PROB_CHECK_STEPS = 64
 if TYPE_CHECKING:
     from actorq.actors.pool import ActorPool
     from actorq.quant import QuantSpec
+
+# The checkpoint entry holding recent observations, for re-quantizing the policy after the run.
+CALIBRATION_OBSERVATIONS = "calibration_observations"
 
 
 class Experience(L.LightningDataModule):
@@ -160,6 +164,7 @@ class Experience(L.LightningDataModule):
         self._last_rollout: TensorDictBase | None = None
         self._previous_rollout: TensorDictBase | None = None
         self.log_prob_error: float | None = None
+        self._resumed_observations: torch.Tensor | None = None
 
     @property
     def quant(self) -> QuantSpec | None:
@@ -319,9 +324,10 @@ class Experience(L.LightningDataModule):
 
     def state_dict(self) -> dict:
         """The replay's state (sampling state; with ``replay.checkpoint`` its contents and
-        priorities too), the actors' precision and the whole policy version they last
-        received: its number, payload, head state (a learned log-std) and observation
-        statistics."""
+        priorities too), the actors' precision, the whole policy version they last
+        received (its number, payload, head state such as a learned log-std, and observation
+        statistics) and ``quant.calibration_samples`` recent observations
+        (:meth:`observations_to_keep`)."""
         state = {"replay": self.replay.state_dict() if self.replay is not None else {},
                  "policy_version": self.policy_version}
         if self.quant is not None:
@@ -332,6 +338,9 @@ class Experience(L.LightningDataModule):
             state["head"] = _cloned_state(network.head)
             if network.normalizer is not None:
                 state["normalizer"] = _cloned_state(network.normalizer)
+        observations = self.observations_to_keep()
+        if observations is not None:
+            state[CALIBRATION_OBSERVATIONS] = observations
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -348,6 +357,29 @@ class Experience(L.LightningDataModule):
         self.policy_version = state_dict.get("policy_version", 0)
         if self.actor_policy is not None:
             self.actor_policy.policy_version.fill_(self.policy_version)
+        self._resumed_observations = state_dict.get(CALIBRATION_OBSERVATIONS)
+
+    def observations_to_keep(self) -> torch.Tensor | None:
+        """What a checkpoint keeps for calibrating the policy after the run (``python -m
+        actorq.export``): ``quant.calibration_samples`` observations drawn as a publish draws
+        its calibration set, from the states the run's policy visits.
+
+        Torch's generator and the replay's calibration draws are left as they were, so saving
+        a checkpoint changes none of the run's later draws. Before any
+        experience arrived it is the set a resumed run's checkpoint held; ``None`` without
+        either, or without actors' precision.
+        """
+        if self.quant is None or not self._has_observations():
+            return self._resumed_observations
+        replay_draws = self.replay.observation_draws_kept() if self.replay is not None else contextlib.nullcontext()
+        with torch.random.fork_rng(devices=[]), replay_draws:
+            observations = self.calibration_observations(self.quant.calibration_samples)
+        return observations.detach().clone()
+
+    def _has_observations(self) -> bool:
+        if self.kind == "rollout":
+            return self._last_rollout is not None
+        return self.replay is not None and len(self.replay) > 0
 
 
 @dataclasses.dataclass(frozen=True)

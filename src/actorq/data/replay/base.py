@@ -6,7 +6,9 @@ by :func:`actorq.data.nstep.nstep_transitions`.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +67,20 @@ class ReplayBuffer(ABC):
             self._peek_generator = torch.Generator().manual_seed(size)
         indices = torch.randint(size, (count,), generator=self._peek_generator)
         return self.storage.read(indices)["observation"]
+
+    @contextlib.contextmanager
+    def observation_draws_kept(self) -> Iterator[None]:
+        """Draws of :meth:`observations` inside this block leave the ones after it as they
+        would have been without them."""
+        generator = getattr(self, "_peek_generator", None)
+        state = generator.get_state() if generator is not None else None
+        try:
+            yield
+        finally:
+            if generator is None:
+                self._peek_generator = None
+            else:
+                generator.set_state(state)
 
     def state_dict(self) -> dict:
         return {}
