@@ -97,22 +97,55 @@ def check_declared_needs(learner) -> None:
 def resolve_collection(cfg: DictConfig, learner) -> None:
     """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
     collected with the policy it just published), asynchronous collection for an off-policy
-    one; an on-policy learner is told which it gets (``learner.asynchronous``). An on-policy run takes no random first frames (they have no log-probability), one
-    learner rank, and a learner precision named, not timed."""
+    one; an on-policy learner is told which it gets (``learner.asynchronous``). An on-policy
+    run takes one learner rank, and a learner precision named, not timed."""
     if cfg.actors.get("collection", "auto") == "auto":
         cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
     if learner.experience_kind != "rollout":
         return
     learner.asynchronous = cfg.actors.collection == "async"
     name = type(learner).__name__
-    if cfg.actors.get("init_random_frames", 0):
-        raise ConfigError(f"{name} learns from the actors' own policy: set actors.init_random_frames=0 "
-                          f"(got {cfg.actors.init_random_frames}; random actions have no log-probability)")
     if cfg.trainer.get("devices", 1) != 1:
         raise ConfigError(f"{name} is an on-policy learner: one learner rank only (trainer.devices=1)")
     if cfg.trainer.get("precision") == "auto":
         raise ConfigError(f"trainer.precision=auto times off-policy updates; {name} is on-policy: "
                           "set trainer.precision=32-true or bf16-mixed")
+
+
+def resolve_cadence(cfg: DictConfig, learner) -> None:
+    """The learner family's push cadence and random frames where the run leaves them null:
+    ``callbacks.broadcast.every_n_steps`` from ``learner.push_every_n_steps`` and
+    ``actors.init_random_frames`` from ``learner.init_random_frames``.
+
+    An on-policy run that sets them otherwise is refused (:func:`check_on_policy_cadence`).
+    """
+    broadcast = cfg.callbacks.get("broadcast")
+    if cfg.actors.get("init_random_frames") is None:
+        cfg.actors.init_random_frames = learner.init_random_frames
+    if broadcast is not None and "every_n_steps" in broadcast and broadcast.every_n_steps is None:
+        broadcast.every_n_steps = learner.push_every_n_steps
+    if learner.experience_kind == "rollout":
+        check_on_policy_cadence(cfg, learner)
+
+
+def check_on_policy_cadence(cfg: DictConfig, learner) -> None:
+    """An on-policy learner's math assumes the actors ran its own policy: random first frames
+    (they have no log-probability), no push, a push less often than after every rollout, or
+    a warm-up before the first push (a later push has the actors run a policy the learner
+    already left behind) are refused."""
+    broadcast = cfg.callbacks.get("broadcast")
+    name = type(learner).__name__
+    if cfg.actors.init_random_frames:
+        raise ConfigError(f"{name} learns from the actors' own policy: set actors.init_random_frames=0 "
+                          f"(got {cfg.actors.init_random_frames}; random actions have no log-probability)")
+    if broadcast is None:
+        raise ConfigError(f"{name} learns from the policy its actors run: it needs callbacks.broadcast "
+                          "to push it after every rollout")
+    for key, value in (("every_n_steps", learner.push_every_n_steps), ("warmup_steps", 0)):
+        if broadcast.get(key, value) != value:
+            raise ConfigError(f"{name} pushes its policy after every rollout: leave callbacks.broadcast.{key} "
+                              f"at {value} (got {broadcast[key]}; the actors would run a policy the learner "
+                              "left behind)")
 
 
 def train(cfg: DictConfig) -> tuple[dict, dict]:
@@ -138,6 +171,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
     resolve_collection(cfg, learner)
+    resolve_cadence(cfg, learner)
     learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
                                                   cfg.trainer.get("accelerator", "auto"))
     cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below
@@ -217,7 +251,9 @@ def check_job(cfg: DictConfig) -> None:
     :class:`~actorq.util.errors.ConfigError`."""
     check_run_config(cfg)
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
-    resolve_collection(cfg, build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name))
+    learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
+    resolve_collection(cfg, learner)
+    resolve_cadence(cfg, learner)
     for node in [*cfg.callbacks.values(), cfg.quant, cfg.actors, cfg.replay]:
         if node is not None:
             build(node)

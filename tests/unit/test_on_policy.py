@@ -2,6 +2,7 @@
 importance weights, the log-probabilities the actors record, and the lag the learner reads."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -131,11 +132,44 @@ def test_the_learner_sees_envs_by_steps_and_logs_how_many_versions_behind_the_ac
     assert learner.seen[-1].shape == (1, 16) and learner.policy_lag == 0
     mixed = rollout((3,), 16, version=5)
     mixed["policy_version"][1, :4] = 3  # an env whose first steps ran an older version (asynchronous)
+    learner.asynchronous = True
     learner.learn(mixed, new_frames=48)
-    assert learner.seen[-1].shape == (3, 16) and learner.log_values() == {"collect/policy_lag": 2.0}
+    assert learner.seen[-1].shape == (3, 16) and learner.log_values()["collect/policy_lag"] == 2.0
     fields = rollout_fields(learner.seen[-1])
     assert fields["reward"].shape == fields["done"].shape == fields["log_prob"].shape == (3, 16)
     assert learner.planned_updates(640) == 10  # one update per batch of 64 frames
+
+
+def test_the_lag_in_updates_counts_from_the_learner_step_each_version_was_pushed_at():
+    """Version 0 at step 0; 40 updates, push 1; 40 more, push 2: a rollout still of version 0
+    lags 40 updates, one that began with version 1 lags 40 when version 2 is out."""
+    learner, experience = A2CLike(DISCRETE), SimpleNamespace(policy_version=0, frames_per_batch=16, total_frames=640)
+    learner.learn_from(experience)
+    learner.asynchronous = True
+    learner.learn(rollout((2,), 8, version=0), new_frames=16)
+    assert (learner.policy_lag, learner.policy_lag_steps) == (0, 0)
+    learner.learner_steps, experience.policy_version = 40, 1
+    learner.learn(rollout((2,), 8, version=0), new_frames=16)
+    assert (learner.policy_lag, learner.policy_lag_steps) == (1, 40)
+    learner.learner_steps, experience.policy_version = 80, 2
+    mixed = rollout((2,), 8, version=2)
+    mixed["policy_version"][0, :3] = 1
+    learner.learn(mixed, new_frames=16)
+    assert (learner.policy_lag, learner.policy_lag_steps) == (1, 40)
+    assert learner.log_values() == {"collect/policy_lag": 1.0, "collect/policy_lag_steps": 40.0}
+
+
+def test_a_lock_step_rollout_of_a_policy_the_learner_left_behind_is_refused():
+    """In lock-step the learner's policy must be the one the round ran: updates with no push
+    after them (a push every N > 1 rollouts) make the next round lag, which stops the run."""
+    learner, experience = A2CLike(DISCRETE), SimpleNamespace(policy_version=3, frames_per_batch=16, total_frames=640)
+    learner.learn_from(experience)
+    learner.learn(rollout((2,), 8, version=3), new_frames=16)  # pushed at step 0
+    learner.learner_steps, experience.policy_version = 4, 4  # updates, then a push: no lag
+    learner.learn(rollout((2,), 8, version=4), new_frames=16)
+    learner.learner_steps = 8  # updates, and no push after them
+    with pytest.raises(RuntimeError, match="version 4, 0 versions and 4 updates behind its own"):
+        learner.learn(rollout((2,), 8, version=4), new_frames=16)
 
 
 def test_a_round_of_workers_is_one_batch_of_all_their_envs():
@@ -145,7 +179,6 @@ def test_a_round_of_workers_is_one_batch_of_all_their_envs():
 
 
 @pytest.mark.parametrize(("setting", "message"), [
-    ({"actors": {"init_random_frames": 100}}, "set actors.init_random_frames=0"),
     ({"trainer": {"devices": 2}}, r"one learner rank only \(trainer.devices=1\)"),
     ({"trainer": {"precision": "auto"}}, "trainer.precision=auto times off-policy updates"),
 ])
@@ -163,6 +196,43 @@ def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message
                              "trainer": {"devices": 1, "precision": "32-true"}})
     resolve_collection(fine, A2CLike(DISCRETE))
     assert fine.actors.collection == "lockstep"
+
+
+def cadence_config(**changes):
+    """What :func:`actorq.train.resolve_cadence` reads of a run config left at its defaults."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge({"actors": {"init_random_frames": None},
+                            "callbacks": {"broadcast": {"every_n_steps": None, "warmup_steps": 0}}}, changes)
+
+
+def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_leaves_them_null():
+    from actorq.algos.dqn import DQN
+    from actorq.train import resolve_cadence
+
+    for learner, cadence, random_frames in ((A2CLike(DISCRETE), 1, 0), (DQN(DISCRETE, Exploration(0.1), hidden=(8,)), 100, 1000)):
+        cfg = cadence_config()
+        resolve_cadence(cfg, learner)
+        assert (cfg.callbacks.broadcast.every_n_steps, cfg.actors.init_random_frames) == (cadence, random_frames)
+    cfg = cadence_config(actors={"init_random_frames": 50}, callbacks={"broadcast": {"every_n_steps": 7}})
+    resolve_cadence(cfg, DQN(DISCRETE, Exploration(0.1), hidden=(8,)))  # an off-policy run's own choice stands
+    assert (cfg.callbacks.broadcast.every_n_steps, cfg.actors.init_random_frames) == (7, 50)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"actors": {"init_random_frames": 100}}, "set actors.init_random_frames=0"),
+    ({"callbacks": {"broadcast": {"every_n_steps": 100}}}, r"leave callbacks.broadcast.every_n_steps at 1 \(got 100;"),
+    ({"callbacks": {"broadcast": {"warmup_steps": 5}}}, r"leave callbacks.broadcast.warmup_steps at 0 \(got 5;"),
+    ({"callbacks": {"broadcast": None}}, "it needs callbacks.broadcast to push it after every rollout"),
+])
+def test_an_on_policy_run_refuses_a_cadence_that_has_its_actors_run_another_policy(changes, message):
+    from actorq.train import resolve_cadence
+    from actorq.util.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        resolve_cadence(cadence_config(**changes), A2CLike(DISCRETE))
+    fine = cadence_config(actors={"init_random_frames": 0}, callbacks={"broadcast": {"every_n_steps": 1}})
+    resolve_cadence(fine, A2CLike(DISCRETE))
 
 
 def test_vtrace_with_the_behaviour_policy_as_target_is_gae():

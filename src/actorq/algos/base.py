@@ -14,7 +14,11 @@ actorq has two learner families, each a base class beside the other (SB3's
 their learning-rate schedule, the finite-loss guard, target networks, the frame clock,
 logging and the counters a checkpoint keeps. A learner declares what it needs of its
 experience in two class attributes: :attr:`Learner.experience_kind` (``"replay"`` or
-``"rollout"``) and :attr:`Learner.records` (what the actors record with each step).
+``"rollout"``) and :attr:`Learner.records` (what the actors record with each step). A family
+also declares how its actors run: :attr:`Learner.push_every_n_steps` (learner steps between
+two pushes of its policy, ``callbacks.broadcast.every_n_steps`` unless a run sets it) and
+:attr:`Learner.init_random_frames` (the actors' first frames with random actions,
+``actors.init_random_frames`` unless a run sets it); ``actorq.train`` wires them in.
 
 A learner is complete at construction. ``train()`` then hands it the experience pipeline it
 learns from (:meth:`Learner.learn_from`): an :class:`ExperienceSource`, the few things the
@@ -170,6 +174,8 @@ class Learner(L.LightningModule):
     experience_kind: str = "replay"  # or "rollout" (EXPERIENCE_KINDS)
     records: tuple[str, ...] = ()  # what the actors record with each step besides the action (actorq.actors.policy.RECORDS)
     target_tau: float = 1.0  # soft target update rate of update_targets (1.0 copies)
+    push_every_n_steps: int = 100  # learner steps between two pushes of the policy to the actors
+    init_random_frames: int = 1000  # the actors' first frames with uniformly random actions
 
     def __init__(self, spec: EnvSpec, exploration: Exploration, gamma: float = 0.99, final_lr_fraction: float = 1.0):
         super().__init__()

@@ -52,6 +52,8 @@ class OffPolicyLearner(Learner):
     """
 
     experience_kind = "replay"
+    push_every_n_steps = 100  # the actors' policy may trail the learner's: replay updates never assume it
+    init_random_frames = 1000  # random actions fill the replay before the policy means anything
 
     def __init__(
         self,

@@ -8,7 +8,14 @@ they acted with (``log_prob``; the int8 policy when the actors run int8) and tha
 version (``policy_version``). Quantized actors are a behaviour policy, so an on-policy
 learner corrects for the difference between what they ran and what it trains, e.g. with
 :func:`truncated_importance_weights`; every batch logs how far behind the learner the
-actors' policy was (``collect/policy_lag``, in published versions).
+actors' policy was, in published versions (``collect/policy_lag``) and in gradient updates
+(``collect/policy_lag_steps``).
+
+The family pushes its policy after the updates of every rollout (``push_every_n_steps = 1``:
+each batch's updates end with a push) and its actors take no random action (a random action
+has no log-probability under the policy), so in lock-step collection every round runs the
+learner's policy as the previous round left it: both lags are 0, and a lock-step rollout
+that lags is refused as the bug it is.
 
 A subclass says what its networks and optimizers are and what it makes of one rollout
 (:meth:`OnPolicyLearner.update_rollout`), calling :meth:`OnPolicyLearner.gradient_step` for
@@ -55,6 +62,9 @@ class OnPolicyLearner(Learner):
             (the learning-rate schedule plans with it).
         policy_lag: published policy versions between the learner's policy and the oldest
             the actors acted with in the last rollout (0 in lock-step collection).
+        policy_lag_steps: gradient updates between the learner's policy when the last
+            rollout arrived and the oldest version the actors acted with in it (0 in
+            lock-step collection).
         asynchronous: whether the actors collect while the learner trains
             (``actors.collection=async``; set by ``actorq.train``), so rollouts lag.
         stale_frames: frames of the rollouts dropped for lagging more than ``max_policy_lag``.
@@ -63,6 +73,8 @@ class OnPolicyLearner(Learner):
     experience_kind = "rollout"
     records = ("log_prob", "policy_version")
     stochastic = True
+    push_every_n_steps = 1  # a batch's updates all happen in one step of the loop: a push per rollout
+    init_random_frames = 0
     updates_per_rollout: int = 1
 
     def __init__(self, spec: EnvSpec, exploration: Exploration | None = None, gamma: float = 0.99,
@@ -73,6 +85,8 @@ class OnPolicyLearner(Learner):
             raise ValueError(f"max_policy_lag must be >= 0 or null, got {max_policy_lag}")
         self.max_policy_lag = max_policy_lag
         self.policy_lag = 0
+        self.policy_lag_steps = 0
+        self.published_at: dict[int, int] = {}  # policy version -> learner steps when it was pushed
         self.asynchronous = False
         self.stale_frames = 0
 
@@ -97,14 +111,38 @@ class OnPolicyLearner(Learner):
         rollout = batch if batch.ndim == 2 else batch.unsqueeze(0)  # one env: [T] -> [1, T]
         if self.device.type != "cpu":
             rollout = rollout.to(self.device)
-        self.policy_lag = self.experience.policy_version - int(rollout["policy_version"].min())
+        self.measure_lag(int(rollout["policy_version"].min()))
         if self.max_policy_lag is not None and self.policy_lag > self.max_policy_lag:
             self.stale_frames += rollout.numel()
             return {}
         return self.update_rollout(rollout)
 
+    def measure_lag(self, oldest_version: int) -> None:
+        """Sets :attr:`policy_lag` and :attr:`policy_lag_steps` of a rollout whose oldest
+        steps ran ``oldest_version``.
+
+        A push happens between two batches, never during one's updates, so the version
+        published when a batch arrives holds the learner's weights of this very step: it is
+        noted here, and a rollout's lag in updates is counted from its version's note.
+
+        Raises:
+            RuntimeError: a lock-step rollout lags: the learner's policy is not the one the
+                actors ran, which the lock-step math (GAE, ``pi_prox``) assumes.
+        """
+        version = self.experience.policy_version
+        self.published_at.setdefault(version, self.learner_steps)
+        self.policy_lag = version - oldest_version
+        noted = [known for known in self.published_at if known <= oldest_version] or [min(self.published_at)]
+        self.policy_lag_steps = self.learner_steps - self.published_at[max(noted)]
+        if not self.asynchronous and (self.policy_lag or self.policy_lag_steps):
+            raise RuntimeError(
+                f"{type(self).__name__} got a lock-step rollout of policy version {oldest_version}, "
+                f"{self.policy_lag} versions and {self.policy_lag_steps} updates behind its own: the "
+                "policy must be pushed after every rollout's updates, before the next round starts")
+
     def log_values(self) -> dict[str, float]:
-        values = {"collect/policy_lag": float(self.policy_lag)}
+        values = {"collect/policy_lag": float(self.policy_lag),
+                  "collect/policy_lag_steps": float(self.policy_lag_steps)}
         if self.max_policy_lag is not None:
             values["collect/stale_frames"] = float(self.stale_frames)
         return values

@@ -163,7 +163,8 @@ class PPO(OnPolicyLearner):
         self._tally({**correction, "kl_behaviour_max": correction["kl_behaviour"],
                      "clip_fraction": terms["clip_fraction"],
                      "clip_fraction_first_epoch": terms["clip_fraction_first_epoch"],
-                     "policy_lag": torch.tensor(self.policy_lag)})
+                     "policy_lag": torch.tensor(self.policy_lag),
+                     "policy_lag_steps": torch.tensor(self.policy_lag_steps)})
         return {**terms, **correction}
 
     @torch.no_grad()
@@ -251,23 +252,29 @@ class PPO(OnPolicyLearner):
         totals = self.correction_totals
         totals["rollouts"] = totals.get("rollouts", 0) + 1
         for name, value in values.items():
-            if name.endswith("_max") or name == "policy_lag":
+            if is_maximum(name):
                 totals[name] = max(totals.get(name, -math.inf), float(value))
             else:
                 totals[name] = totals.get(name, 0.0) + float(value)
 
     def summary_fields(self) -> dict:
         """``behaviour_correction`` for summary.json: each logged correction term's mean over
-        the run's rollouts (its maximum, for maxima and the policy lag)."""
+        the run's rollouts (its maximum, for maxima and the policy lags)."""
         totals = dict(self.correction_totals)
         rollouts = totals.pop("rollouts", 0)
         if not rollouts:
             return {"behaviour_correction": None}
         return {"behaviour_correction": {
             "rollouts": rollouts,
-            **{name: (value if name.endswith("_max") or name == "policy_lag" else value / rollouts)
+            **{name: (value if is_maximum(name) else value / rollouts)
                for name, value in totals.items()},
         }}
+
+
+def is_maximum(name: str) -> bool:
+    """Whether a correction term is summarized over the run by its maximum (maxima and the
+    policy lags), not its mean."""
+    return name.endswith("_max") or name.startswith("policy_lag")
 
 
 def orthogonal_(network: nn.Sequential, output_gain: float) -> None:
