@@ -66,7 +66,8 @@ def test_actors_record_the_log_probability_of_their_own_policy(quant):
     learner = A2CLike(DISCRETE)
     observations = torch.randn(256, 4)
     actors = actor_policy(learner, quant, observations)
-    actors.policy_version.fill_(7)
+    payload = {name: tensor.clone() for name, tensor in actors.network.payload().items()}
+    actors.network.load_version(payload, policy_version=7)  # as a publish numbers the version
     torch.manual_seed(0)
     action, log_mu, version = actors(observations)
     log_pi = learner.policy.log_prob(observations, action)

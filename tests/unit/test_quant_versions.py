@@ -1,5 +1,6 @@
-"""A load is one whole policy version to every reader: payload, head state (a learned log-std)
-and observation statistics change together, never one before the others.
+"""A load is one whole policy version to every reader: payload, head state (a learned log-std),
+observation statistics and the published version number actors record change together, never
+one before the others.
 
 A reader here is what an actor worker is: a network of its own whose tensors are the writer's
 very memory (TorchRL's shared-memory sync hands them over with ``TensorDict.to_module``). The
@@ -45,14 +46,15 @@ def observations() -> torch.Tensor:
     return torch.randn(32, SPEC.obs_dim) * 3
 
 
-def _load(network: QuantizedNetwork, policy: GaussianPolicy, calibration: torch.Tensor) -> None:
+def _load(network: QuantizedNetwork, policy: GaussianPolicy, calibration: torch.Tensor, number: int = 0) -> None:
     network.load_version(quantize(policy, QUANT, calibration), policy.head.state_dict(),
-                         policy.normalizer.state_dict())
+                         policy.normalizer.state_dict(), policy_version=number)
 
 
-def _sampled(network: QuantizedNetwork, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _sampled(network: QuantizedNetwork, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     torch.manual_seed(0)  # the same noise for every network
-    return network.sample_with_log_prob(observations)
+    action, log_prob, number = network.sample_with_log_prob_and_version(observations)
+    return action, log_prob, int(number)
 
 
 class _ReadAfterEveryCall(TorchFunctionMode):
@@ -71,24 +73,27 @@ class _ReadAfterEveryCall(TorchFunctionMode):
 def test_a_reader_meets_the_old_version_or_the_new_one_whole_at_every_step_of_a_load(calibration, observations):
     old, new = _policy(1, log_std=-1.0, obs_shift=0.0), _policy(2, log_std=0.5, obs_shift=5.0)
     writer = QuantizedNetwork.template_for(old, QUANT)
-    _load(writer, old, calibration)
+    _load(writer, old, calibration, number=1)
     reader = copy.deepcopy(writer)
     TensorDict.from_module(writer).to_module(reader)  # a worker: the writer's memory, its own build
-    expected = {name: _sampled(QuantizedNetwork.from_network(policy, QUANT, calibration), observations)
-                for name, policy in (("old", old), ("new", new))}
+    expected = {}
+    for number, (name, policy) in enumerate((("old", old), ("new", new)), start=1):
+        network = QuantizedNetwork.template_for(policy, QUANT)
+        _load(network, policy, calibration, number)
+        expected[name] = _sampled(network, observations)
     assert not torch.allclose(expected["old"][1], expected["new"][1])
     _sampled(reader, observations)  # the reader has built the old version
 
     seen: list[str] = []
 
     def read() -> None:
-        action, log_prob = _sampled(reader, observations)
-        matches = [name for name, (want_action, want_log_prob) in expected.items()
-                   if torch.equal(action, want_action) and torch.equal(log_prob, want_log_prob)]
+        action, log_prob, number = _sampled(reader, observations)
+        matches = [name for name, (want_action, want_log_prob, want_number) in expected.items()
+                   if torch.equal(action, want_action) and torch.equal(log_prob, want_log_prob) and number == want_number]
         seen.append(matches[0] if matches else "torn")
 
     with _ReadAfterEveryCall(read):
-        _load(writer, new, calibration)
+        _load(writer, new, calibration, number=2)
 
     assert "torn" not in seen, f"a reader ran a mix of two versions: {seen}"
     assert seen[0] == "old" and seen[-1] == "new"
@@ -108,3 +113,17 @@ def test_a_version_that_does_not_fit_is_refused_before_anything_is_written(calib
         network.load_version(payload, other.head.state_dict(), {**normalizer, "mean": torch.zeros(5)})
     after = network.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_actors_label_each_step_with_the_version_that_took_it(calibration, observations):
+    """The label comes from the snapshot that sampled the action, not from a buffer a push
+    writes after the version (a worker between the two would mislabel its steps)."""
+    from actorq.actors.policy import ExplorationPolicy
+
+    policy = _policy(1, log_std=-1.0, obs_shift=0.0)
+    network = QuantizedNetwork.template_for(policy, QUANT)
+    actor = ExplorationPolicy(network, SPEC, noise_scale=0.0, stochastic=True, records=("log_prob", "policy_version"))
+    _load(network, policy, calibration, number=5)
+    actor.policy_version.fill_(4)  # the push has not reached the wrapper's buffer yet
+    _, _, recorded = actor(observations)
+    assert recorded.tolist() == [5] * len(observations)

@@ -52,7 +52,9 @@ class ExplorationPolicy(nn.Module):
 
     Attributes:
         policy_version: int64 buffer, the version of the weights this policy holds (set by
-            the experience pipeline at every publish; pushed to the actors with them).
+            the experience pipeline at every publish; pushed to the actors with them). A
+            network that carries its own version under its sequence lock
+            (:class:`~actorq.quant.QuantizedNetwork`) labels recorded steps with that instead.
     """
 
     def __init__(self, network: nn.Module, spec: EnvSpec, noise_scale: float, stochastic: bool = False,
@@ -67,6 +69,7 @@ class ExplorationPolicy(nn.Module):
             raise ValueError("recording log_prob needs a stochastic policy whose network has sample_with_log_prob(), "
                              f"got {type(network).__name__}")
         self.network = network
+        self._versioned = hasattr(network, "sample_with_log_prob_and_version")
         self.stochastic = stochastic
         self.records = tuple(records)
         self.discrete = spec.discrete
@@ -92,12 +95,15 @@ class ExplorationPolicy(nn.Module):
 
     def _recorded(self, network: nn.Module, obs: torch.Tensor, unbatched: bool) -> tuple[torch.Tensor, ...]:
         """``(action, *records)`` for a batch of observations."""
-        if "log_prob" in self.records:
+        version = self._buffers["policy_version"]
+        if "log_prob" in self.records and self._versioned:  # action, log-prob and label of one snapshot
+            action, log_prob, version = network.sample_with_log_prob_and_version(obs)
+        elif "log_prob" in self.records:
             action, log_prob = network.sample_with_log_prob(obs)
         else:
             action = network.sample(obs) if self.stochastic else self._explore(network.forward(obs))
             log_prob = None
-        values = {"log_prob": log_prob, "policy_version": self._buffers["policy_version"].expand(obs.shape[0])}
+        values = {"log_prob": log_prob, "policy_version": version.expand(obs.shape[0])}
         out = (action, *(values[name] for name in self.records))
         return tuple(value.squeeze(0) for value in out) if unbatched else out
 

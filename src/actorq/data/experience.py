@@ -283,9 +283,10 @@ class Experience(L.LightningDataModule):
         held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
         payload = quantize(network, self.quant, observations)
         actor_network = self.actor_policy.network
-        actor_network.load_version(payload, network.head.state_dict(),
-                                   network.normalizer.state_dict() if actor_network.normalizer is not None else None)
         self.policy_version += 1
+        actor_network.load_version(payload, network.head.state_dict(),
+                                   network.normalizer.state_dict() if actor_network.normalizer is not None else None,
+                                   policy_version=self.policy_version)
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
@@ -349,12 +350,12 @@ class Experience(L.LightningDataModule):
             self.replay.load_state_dict(replay_state)
         else:
             self._replay_state = replay_state
+        self.policy_version = state_dict.get("policy_version", 0)
         if self.actor_policy is not None and "payload" in state_dict:
             # The actors restart with the checkpoint's whole version, not the fresh learner's
             # head and statistics (checkpoints written before they were saved hold none).
             self.actor_policy.network.load_version(state_dict["payload"], state_dict.get("head"),
-                                                   state_dict.get("normalizer"))
-        self.policy_version = state_dict.get("policy_version", 0)
+                                                   state_dict.get("normalizer"), policy_version=self.policy_version)
         if self.actor_policy is not None:
             self.actor_policy.policy_version.fill_(self.policy_version)
         self._resumed_observations = state_dict.get(CALIBRATION_OBSERVATIONS)

@@ -53,6 +53,7 @@ class BuiltVersion(NamedTuple):
         head: a copy of the head with this version's state.
         normalizer: a copy of the observation normalizer with this version's statistics
             (``None`` if the policy has none).
+        policy_version: the published policy version it is (int64 scalar; what actors record).
     """
 
     version: int
@@ -60,6 +61,7 @@ class BuiltVersion(NamedTuple):
     run: Callable[[torch.Tensor], torch.Tensor]
     head: nn.Module
     normalizer: nn.Module | None
+    policy_version: torch.Tensor
 
 
 class QuantizedNetwork(nn.Module):
@@ -105,6 +107,7 @@ class QuantizedNetwork(nn.Module):
         self.register_buffer("version_begin", torch.zeros((), dtype=torch.int64))
         for name, (shape, dtype) in self.codec.payload_spec(self.layout, quant).items():
             self.register_buffer(name, _placeholder(name, shape, dtype))
+        self.register_buffer("policy_version", torch.zeros((), dtype=torch.int64))
         self.register_buffer("version", torch.zeros((), dtype=torch.int64))
         self._forget_trunk()
 
@@ -141,6 +144,7 @@ class QuantizedNetwork(nn.Module):
         payload: Payload,
         head_state: Mapping[str, torch.Tensor] | None = None,
         normalizer_state: Mapping[str, torch.Tensor] | None = None,
+        policy_version: int | None = None,
     ) -> None:
         """Loads a whole policy version in place and bumps ``version``: the payload, the
         head's own state and the observation normalizer's statistics.
@@ -158,6 +162,8 @@ class QuantizedNetwork(nn.Module):
                 current one.
             normalizer_state: the observation normalizer's ``state_dict()``; ``None`` keeps
                 the current statistics.
+            policy_version: the published version number the actors record with each step
+                (:meth:`sample_with_log_prob_and_version`); ``None`` keeps the current one.
 
         Raises:
             ConfigError: a part does not fit this network (nothing is written then).
@@ -169,6 +175,8 @@ class QuantizedNetwork(nn.Module):
             if self._modules["normalizer"] is None:
                 raise ConfigError("a normalizer state was given to a network that does not normalize observations")
             writes += _state_writes(self._modules["normalizer"], normalizer_state, "normalizer")
+        if policy_version is not None:
+            writes.append((self.policy_version, torch.tensor(int(policy_version))))
         version = next(_next_version)
         with torch.no_grad():
             self.version_begin.fill_(version)  # readers that snapshot from now on retry
@@ -218,6 +226,16 @@ class QuantizedNetwork(nn.Module):
         built = self.built()
         return built.head.sample_with_log_prob(_features(built, observation))
 
+    def sample_with_log_prob_and_version(
+        self, observation: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`sample_with_log_prob` and the published version (``policy_version``) of the
+        very snapshot that sampled them: a push under way never labels one version's actions
+        with another's number."""
+        built = self.built()
+        action, log_prob = built.head.sample_with_log_prob(_features(built, observation))
+        return action, log_prob, built.policy_version
+
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """The trunk's output for ``[obs_dim]`` or ``[..., obs_dim]`` observations (normalized
         first, if the policy normalizes them)."""
@@ -242,6 +260,7 @@ class QuantizedNetwork(nn.Module):
             # them in place before it bumps ``version``.
             snapshot = {name: tensor.clone() for name, tensor in self.payload().items()}
             head, normalizer = _frozen_copy(self.head), _frozen_copy(self._modules["normalizer"])
+            policy_version = self.policy_version.clone()
             if int(self.version_begin) == version:
                 break
             if attempt >= 3:
@@ -250,7 +269,7 @@ class QuantizedNetwork(nn.Module):
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
         # sync anyway, and the synced structure must not depend on what was built. One
         # assignment, so a reader sees the old version or the new one, whole.
-        built = BuiltVersion(version, trunk, direct_calls(trunk), head, normalizer)
+        built = BuiltVersion(version, trunk, direct_calls(trunk), head, normalizer, policy_version)
         object.__setattr__(self, "_built", built)
         return built
 
