@@ -40,7 +40,7 @@ EXPECTED = {
     "bf16": ("bf16", torch.bfloat16),
     "int8-static": ("int8 static per_channel fp32-ends", torch.int8),
     "int8-static-fixed": ("int8 static per_channel fp32-ends", torch.int8),
-    "int8-dynamic": ("int8 dynamic per_channel", torch.int8),
+    "int8-dynamic": ("int8 dynamic per_channel fp32-ends", torch.int8),
     "4bit": ("4-bit simulated per_channel", torch.int8),
     "int4-packed": ("int4 packed per_channel", torch.uint8),
     "auto": (None, torch.int8),  # which int8 recipe wins is the machine's call; int8 it is

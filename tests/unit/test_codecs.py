@@ -20,7 +20,8 @@ from tests.helpers import Twelve
         (QuantSpec(bits=16), "bf16", "bf16"),
         (QuantSpec(bits=8, mode="static"), "int8_static_fp32_ends", "int8 static per_channel fp32-ends"),
         (QuantSpec(bits=8, format="int8_static"), "int8_static", "int8 static per_channel"),
-        (QuantSpec(bits=8, mode="dynamic", granularity="per_tensor"), "int8_dynamic", "int8 dynamic per_tensor"),
+        (QuantSpec(bits=8, mode="dynamic", granularity="per_tensor"), "int8_dynamic_fp32_ends",
+         "int8 dynamic per_tensor fp32-ends"),
         (QuantSpec(bits=4, mode="dynamic"), "simulated", "4-bit simulated per_channel"),
         (QuantSpec(bits=8, format="int8_dynamic", mode="dynamic"), "int8_dynamic", "int8 dynamic per_channel"),
     ],
@@ -35,7 +36,8 @@ def test_each_spec_has_one_codec_that_describes_it(spec, name, described):
 
 def test_builtins_in_order_and_the_bits_message_comes_from_them():
     assert [c.name for c in registered()] == [
-        "fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "simulated", "int4_packed"
+        "fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "int8_dynamic_fp32_ends", "simulated",
+        "int4_packed"
     ]
     assert bits_help() == "32 (fp32), 16 (bf16), 8 (int8), 2..7 (simulated)"
 
@@ -51,7 +53,8 @@ def test_properties_come_from_the_codec():
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [
-        ({"bits": 8, "format": "nope"}, "quant.format must be one of fp32, bf16, int8_static, int8_static_fp32_ends, int8_dynamic, simulated"),
+        ({"bits": 8, "format": "nope"}, "quant.format must be one of fp32, bf16, int8_static, int8_static_fp32_ends, int8_dynamic, "
+                                          "int8_dynamic_fp32_ends, simulated"),
         ({"bits": 32, "format": "bf16"}, "quant.format=bf16 serves quant.bits=16, got 32"),
         ({"bits": 8, "mode": "static", "format": "int8_dynamic"}, "needs quant.mode=dynamic"),
         ({"bits": "auto", "format": "fp32"}, "drop quant.format"),
@@ -68,7 +71,7 @@ def test_with_bits_drops_the_format():
 
 def test_with_bits_keeps_the_mode_where_the_codec_serving_the_bits_runs_it():
     static, dynamic = QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="dynamic")
-    assert dynamic.with_bits(8).codec.name == "int8_dynamic" and static.with_bits(16).mode == "static"
+    assert dynamic.with_bits(8).codec.name == "int8_dynamic_fp32_ends" and static.with_bits(16).mode == "static"
     assert static.with_bits(4).codec.name == "simulated"  # 4 bits run dynamic only
 
 

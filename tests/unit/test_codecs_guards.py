@@ -58,7 +58,8 @@ def norm_trunk() -> nn.Sequential:
     [
         (QuantSpec(bits=8, mode="static", engine="onednn"), "int8 static per_channel fp32-ends onednn"),
         (QuantSpec(bits=8, format="int8_static", engine="onednn"), "int8 static per_channel onednn"),
-        (QuantSpec(bits=8, mode="dynamic", engine="onednn"), "int8 dynamic per_channel onednn"),
+        (QuantSpec(bits=8, mode="dynamic", engine="onednn"), "int8 dynamic per_channel fp32-ends onednn"),
+        (QuantSpec(bits=8, format="int8_dynamic", mode="dynamic", engine="onednn"), "int8 dynamic per_channel onednn"),
         (QuantSpec(bits=4, format="int4_packed"), "int4 packed per_channel"),
     ],
 )
@@ -305,8 +306,8 @@ def test_a_codec_of_two_modes_lists_both_when_refusing_a_third():
     [
         ("fp32", QuantSpec(bits=8, mode="static"), 32, "static", None),  # any mode: the spec's stays
         ("bf16", QuantSpec(bits=8, mode="dynamic"), 16, "dynamic", None),
-        ("int8_dynamic", QuantSpec(bits=8, mode="static"), 8, "dynamic", None),  # its one mode
-        ("int8_dynamic", QuantSpec(bits=32, mode="dynamic"), 8, "dynamic", None),
+        ("int8_dynamic", QuantSpec(bits=8, mode="static"), 8, "dynamic", "int8_dynamic"),  # its one mode
+        ("int8_dynamic", QuantSpec(bits=32, mode="dynamic"), 8, "dynamic", "int8_dynamic"),
         ("int8_static_fp32_ends", QuantSpec(bits=16, mode="static"), 8, "static", None),
         ("int8_static", QuantSpec(bits=32, mode="dynamic"), 8, "static", "int8_static"),  # named by format
         ("simulated", QuantSpec(bits=32, mode="static"), 7, "dynamic", None),  # its widest bits

@@ -33,8 +33,8 @@ def test_weights_are_packed_for_the_spec_engine_and_run_under_another(mode, monk
     actions_default, actions_onednn = default(observations), onednn(observations)
     assert torch.backends.quantized.engine == before  # the process-wide engine is restored
     # The actors' modules are built (packed) at the first forward: the default one, then onednn
-    # (static: the Linear between the first and the last one, which stay fp32).
-    int8_layers = 1 if mode == "static" else 3
+    # (the Linear between the first and the last one, which stay fp32).
+    int8_layers = 1
     assert engines_seen[-2 * int8_layers:] == [_ao.DEFAULT_ENGINE] * int8_layers + ["onednn"] * int8_layers
     assert (actions_onednn - actions_default).abs().max() < 0.02  # same codes, other kernels
     assert onednn.quant.describe().endswith("onednn") and not default.quant.describe().endswith("onednn")

@@ -223,12 +223,13 @@ def test_a_reader_never_builds_a_half_written_payload(spec, actor, observations)
 
 
 def test_wrong_payload_is_rejected_clearly(actor):
-    template = QuantizedNetwork.template_for(actor, QuantSpec(bits=8, mode="dynamic"))
+    spec = QuantSpec(bits=8, format="int8_dynamic", mode="dynamic")
+    template = QuantizedNetwork.template_for(actor, spec)
     with pytest.raises(ConfigError, match="missing"):
         template.load_payload(quantize(actor, QuantSpec(bits=32)))
     bigger = DeterministicActor(CONTINUOUS, (32, 32))
     with pytest.raises(ConfigError, match="expected torch.int8"):
-        template.load_payload(quantize(bigger, QuantSpec(bits=8, mode="dynamic")))
+        template.load_payload(quantize(bigger, spec))
 
 
 def test_static_learned_needs_calibration_but_fixed_does_not(actor, observations):

@@ -6,7 +6,7 @@ The allowed ``bits`` and ``mode`` values come from the codec registry
 
 Example:
     >>> QuantSpec(bits=8, mode="dynamic").describe()
-    'int8 dynamic per_channel'
+    'int8 dynamic per_channel fp32-ends'
     >>> QuantSpec(bits=4, mode="static")
     Traceback (most recent call last):
     ...
