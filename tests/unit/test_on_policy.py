@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 
 from actorq.actors.policy import ExplorationPolicy, actor_policy
-from actorq.actors.pool import merge_round
+from actorq.actors.pool import merge_round, set_worker_index
 from actorq.algos.base import Exploration
 from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights, vtrace
 from actorq.algos.networks import CategoricalPolicy
@@ -67,9 +67,15 @@ def test_actors_record_the_log_probability_of_their_own_policy(quant):
     actors = actor_policy(learner, quant, observations)
     actors.policy_version.fill_(7)
     torch.manual_seed(0)
-    action, log_mu, version = actors(observations)
+    action, log_mu, version, worker = actors(observations)
     log_pi = learner.policy.log_prob(observations, action)
     assert version.tolist() == [7] * 256 and action.shape == log_mu.shape == (256,)
+    assert worker.tolist() == [-1] * 256  # the learner's process is no actor worker
+    set_worker_index(3)  # as in actor worker 3, where a copy of this policy arrives pickled
+    try:
+        assert actors(observations[:2])[3].tolist() == [3, 3]
+    finally:
+        set_worker_index(None)
     if quant.bits == 32:
         assert torch.equal(log_mu, log_pi)
         assert torch.equal(truncated_importance_weights(log_pi, log_mu), torch.ones(256))

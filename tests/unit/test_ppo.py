@@ -11,7 +11,7 @@ from tensordict import TensorDict
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.networks import GaussianHead, GaussianPolicy, ObservationNormalizer
-from actorq.algos.on_policy import RewardScaler, behaviour_correction, rollout_fields, vtrace
+from actorq.algos.on_policy import RewardScaler, behaviour_correction, rollout_fields, rows_by_worker, vtrace
 from actorq.algos.ppo import PPO, orthogonal_
 from actorq.quant import QuantizedNetwork, QuantSpec
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
@@ -196,6 +196,57 @@ def test_rewards_are_scaled_by_the_running_std_of_each_envs_discounted_return():
     assert float(scaler.var) == pytest.approx(float(np.var(returns)))
     clipped = RewardScaler(gamma=0.5, clip=1.0)  # returns 10 and -5: std 7.5, so +-1.33 clipped to +-1
     assert clipped(torch.tensor([[10.0, -10.0]]), torch.zeros(1, 2, dtype=torch.bool)).tolist() == [[1.0, -1.0]]
+
+
+def test_asynchronous_batches_keep_one_running_return_per_worker_and_env():
+    """gamma 0.5; worker 0's batch, worker 1's, worker 0's again (asynchronous hand-over):
+    worker 0's rows go on from its own returns, not from worker 1's rows of the batch between.
+    Worker 0 (2 envs): rewards (1, 1) and (2, 0): returns (1, 1.5) and (2, 1); then 1 and 1:
+    1.5 * 0.5 + 1 = 1.75 and 1 * 0.5 + 1 = 1.5 (per row, they would go on from worker 1's 4
+    and 8: 3 and 5). Worker 1 (2 envs): rewards (4, 4), its env 0 ending at step 0, and
+    (0, 8): returns (4, 4) and (0, 8)."""
+    scaler = RewardScaler(gamma=0.5)
+    no = torch.zeros(2, 2, dtype=torch.bool)
+    scaler(torch.tensor([[1.0, 1.0], [2.0, 0.0]]), no, worker=torch.tensor([0, 0]))
+    scaler(torch.tensor([[4.0, 4.0], [0.0, 8.0]]), torch.tensor([[True, False], [False, False]]),
+           worker=torch.tensor([1, 1]))
+    scaler(torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool), worker=torch.tensor([0, 0]))
+    returns = [1.0, 1.5, 2.0, 1.0, 4.0, 4.0, 0.0, 8.0, 1.75, 1.5]
+    assert float(scaler.count) == len(returns)
+    assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
+    assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+
+
+def test_a_lock_step_round_and_a_later_batch_of_one_worker_find_each_env_by_worker():
+    """A round merges worker 0's env and worker 1's two (rows 0 | 1, 2), rewards 1, gamma 1;
+    a batch of worker 1 alone (rows 0, 1) then goes on from rows 1 and 2 of the round (2 and
+    3 after reward 1), not from row 0 and 1 (2 and 2); worker 0 with two envs now, not one, starts
+    again at 0 (1 and 1)."""
+    scaler = RewardScaler(gamma=1.0)
+    scaler(torch.tensor([[1.0], [1.0], [2.0]]), torch.zeros(3, 1, dtype=torch.bool), worker=torch.tensor([0, 1, 1]))
+    scaler(torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool), worker=torch.tensor([1, 1]))
+    scaler(torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool), worker=torch.tensor([0, 0]))
+    returns = [1.0, 1.0, 2.0, 2.0, 3.0, 1.0, 1.0]
+    assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
+    assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+    rows = rows_by_worker(torch.tensor([1, 0, 1, 1]))
+    assert {worker: at.tolist() for worker, at in rows.items()} == {0: [1], 1: [0, 2, 3]}
+
+
+def test_ppo_scales_rewards_per_worker_from_what_the_actors_recorded():
+    """The worker of each row reaches the scaler from the rollout's ``worker`` record: PPO's
+    scaler ends where one fed the workers by hand does, not where one fed rows does."""
+    learner = PPO(DISCRETE, hidden=(8,), scale_rewards=True, gamma=0.5)
+    by_worker, by_row = RewardScaler(gamma=0.5), RewardScaler(gamma=0.5)
+    for seed, worker in ((0, 0), (1, 1), (2, 0)):
+        rollout = collect(learner, QuantSpec(bits=32), seed=seed)
+        rollout["worker"] = torch.full(rollout.shape, worker)
+        learner.prepare(rollout)
+        fields = rollout_fields(rollout)
+        by_worker(fields["reward"], fields["done"], fields["worker"])
+        by_row(fields["reward"], fields["done"])
+    assert float(learner.reward_scaler.var) == pytest.approx(float(by_worker.var), rel=1e-9)
+    assert float(by_worker.var) != pytest.approx(float(by_row.var), rel=1e-6)
 
 
 @torch.no_grad()
