@@ -102,6 +102,86 @@ def test_the_correction_terms_on_a_hand_computed_batch():
     assert behaviour_correction(prox, mu, cap=3.0)["weight"].tolist() == pytest.approx([2.0, 1.0, 0.5])
 
 
+def test_the_truncated_fraction_counts_ratios_above_the_cap_beyond_float_rounding():
+    """Ratios against C = 1.5: 1.5 (1 + 5e-6) is the cap to float rounding, not truncated;
+    1.5 (1 + 1e-4) and 4 are; 0.25 keeps its weight. The largest weight is C."""
+    ratio = torch.tensor([1.5 * (1 + 5e-6), 1.5 * (1 + 1e-4), 4.0, 0.25], dtype=torch.float64)
+    terms = behaviour_correction(ratio.log(), torch.zeros(4, dtype=torch.float64), cap=1.5)
+    assert terms["weight"].tolist() == pytest.approx([1.5, 1.5, 1.5, 0.25])
+    assert float(terms["truncated_fraction"]) == 0.5
+    assert float(terms["importance_weight_max"]) == 1.5
+    assert float(terms["importance_weight_mean"]) == pytest.approx(4.75 / 4)
+
+
+def hand_set_ppo(**ppo_args) -> PPO:
+    """PPO with gamma 0.5, lambda 0.5 and C = 1.5 whose networks are set by hand: the policy
+    gives action 0 probability 0.2 and action 1 probability 0.8 in every state; the value of
+    a state ``s`` with ``s_0 >= 0`` is ``s_0``."""
+    learner = PPO(DISCRETE, hidden=(4,), gamma=0.5, gae_lambda=0.5, importance_weight_cap=1.5, **ppo_args)
+    with torch.no_grad():
+        for parameter in (*learner.policy.parameters(), *learner.value.parameters()):
+            parameter.zero_()
+        learner.policy.trunk[-1].bias.copy_(torch.tensor([0.0, math.log(4.0)]))  # softmax: (0.2, 0.8)
+        learner.value[0].weight[0, 0] = learner.value[-1].weight[0, 0] = 1.0  # relu(s_0)
+    return learner
+
+
+def hand_made_rollout() -> TensorDict:
+    """The two rows of test_on_policy.py's hand-computed GAE and V-trace cases, as actors would
+    record them: V(s_t) = (1, 2, 1, 2) and V(s'_t) = (2, 3, 5, 6) put in the observations,
+    rewards (1, 2, 3, 4), row 0 cut by a time limit at step 1, row 1 terminated at steps 1 and
+    3; actions (0, 1, 0, 1) taken with mu = (0.05, 0.8, 0.8, 0.4), so pi_prox / mu = (4, 1, 0.25, 2)."""
+    shape = (2, 4)
+    observation, next_observation = torch.zeros(*shape, 4), torch.zeros(*shape, 4)
+    observation[..., 0] = torch.tensor([1.0, 2.0, 1.0, 2.0])
+    next_observation[..., 0] = torch.tensor([2.0, 3.0, 5.0, 6.0])
+    terminated = torch.tensor([[False, False, False, False], [False, True, False, True]])
+    done = torch.tensor([[False, True, False, False], [False, True, False, True]])
+    return TensorDict({
+        "observation": observation, "action": torch.tensor([[0, 1, 0, 1]] * 2),
+        "log_prob": torch.log(torch.tensor([[0.05, 0.8, 0.8, 0.4]] * 2)),
+        "policy_version": torch.zeros(shape, dtype=torch.int64),
+        "next": {"observation": next_observation, "reward": torch.tensor([[1.0, 2.0, 3.0, 4.0]] * 2).unsqueeze(-1),
+                 "terminated": terminated.unsqueeze(-1), "done": done.unsqueeze(-1)},
+    }, batch_size=shape)
+
+
+def test_prepare_by_hand_in_lock_step_gae_weights_and_the_correction_terms():
+    learner = hand_set_ppo()
+    steps, terms = learner.prepare(hand_made_rollout())
+    assert steps["prox_log_prob"].exp().tolist() == pytest.approx([0.2, 0.8, 0.2, 0.8] * 2)
+    # GAE(0.5) as in test_on_policy.py: rows (1.375, 1.5, 5.75, 5) and (1, 0, 5, 2); returns A + V.
+    assert steps["advantage"].tolist() == pytest.approx([1.375, 1.5, 5.75, 5.0, 1.0, 0.0, 5.0, 2.0])
+    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 6.75, 7.0, 2.0, 2.0, 6.0, 4.0])
+    # w = min(pi_prox / mu, 1.5) = (1.5, 1, 0.25, 1.5): lagged actors, ratios above and below C.
+    assert steps["weight"].tolist() == pytest.approx([1.5, 1.0, 0.25, 1.5] * 2)
+    # KL estimate: mean of (r - 1) - log r = (3 - log 4) + 0 + (-0.75 + log 4) + (1 - log 2), over 4.
+    assert float(terms["kl_behaviour"]) == pytest.approx((3.25 - math.log(2.0)) / 4, rel=1e-5)
+    assert float(terms["truncated_fraction"]) == 0.5 and float(terms["importance_weight_max"]) == 1.5
+    assert float(terms["importance_weight_mean"]) == pytest.approx(4.25 / 4)
+    # The first minibatch (pi == pi_prox, every r = 1): L_policy = -mean(w A) = -(12.5 + 5.75) / 8;
+    # L_value = mean((R - V)^2) = mean(A^2) = (62.203125 + 30) / 8.
+    learner.normalize_advantage = False
+    _, loss_terms, _ = learner._loss(steps, clip=0.2)
+    assert float(loss_terms["loss_policy"]) == pytest.approx(-18.25 / 8, rel=1e-5)
+    assert float(loss_terms["loss_value"]) == pytest.approx(92.203125 / 8, rel=1e-5)
+
+
+def test_prepare_by_hand_under_asynchronous_collection_takes_vtrace_with_caps_of_one():
+    learner = hand_set_ppo()
+    learner.asynchronous = True
+    steps, _ = learner.prepare(hand_made_rollout())
+    # rho = min(1, r) = (1, 1, 0.25, 1), c = 0.5 rho = (0.5, 0.5, 0.125, 0.5).
+    # Row 0: delta = (1, 1.5, 0.25 * 4.5, 5); v - V: 5, 1.125 + 0.5 * 0.125 * 5 = 1.4375, 1.5 (done),
+    #   1 + 0.5 * 0.5 * 1.5 = 1.375; targets (2.375, 3.5, 2.4375, 7);
+    #   A = (1 + 0.5 * 3.5 - 1, 2 + 0.5 * 3 - 2, 3 + 0.5 * 7 - 1, 4 + 0.5 * 6 - 2) = (1.75, 1.5, 5.5, 5).
+    # Row 1: delta = (1, 0, 1.125, 2); v - V: 2, 1.125 + 0.0625 * 2 = 1.25, 0, 1; targets (2, 2, 2.25, 4);
+    #   A = (1 + 0.5 * 2 - 1, 0, 3 + 0.5 * 4 - 1, 4 - 2) = (1, 0, 4, 2).
+    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 2.4375, 7.0, 2.0, 2.0, 2.25, 4.0])
+    assert steps["advantage"].tolist() == pytest.approx([1.75, 1.5, 5.5, 5.0, 1.0, 0.0, 4.0, 2.0])
+    assert steps["weight"].tolist() == pytest.approx([1.5, 1.0, 0.25, 1.5] * 2)  # C, not rho-bar
+
+
 def surrogate_batch(learner: PPO, ratio: torch.Tensor, advantage: torch.Tensor, weight: torch.Tensor) -> dict:
     """A minibatch whose ratios pi / pi_prox are ``ratio`` (pi_prox set from the policy's own
     log-probabilities), with returns 1, 2, 3, ..."""
