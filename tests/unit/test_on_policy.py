@@ -261,3 +261,13 @@ def test_vtrace_by_hand_with_ratios_above_between_and_below_distinct_caps():
     #   Targets (3, 2, 2.375, 6); A = (1 + 0.5 * 2 - 1, 2 - 2, 3 + 0.5 * 6 - 1, 4 - 2) = (1, 0, 5, 2).
     assert targets.tolist() == [pytest.approx([3.1875, 3.5, 2.75, 12.0]), pytest.approx([3.0, 2.0, 2.375, 6.0])]
     assert advantage.tolist() == [pytest.approx([1.75, 1.5, 8.0, 5.0]), pytest.approx([1.0, 0.0, 5.0, 2.0])]
+
+
+def test_a_rollout_of_one_step_is_a_td_error_for_gae_and_vtrace():
+    """T = 1 (frames_per_batch equal to the number of envs): A = r + gamma V(s') - V(s) =
+    1 + 0.5 * 4 - 1 = 2; V-trace with ratio 2 truncated to rho = 1: v = V + 2 = 3, A = 2."""
+    one = torch.ones(1, 1)
+    no = torch.zeros(1, 1, dtype=torch.bool)
+    assert gae(one, one, 4 * one, no, no, gamma=0.5, lam=0.5).tolist() == [[2.0]]
+    targets, advantage = vtrace(torch.log(2 * one), one, one, 4 * one, no, no, gamma=0.5, lam=0.5)
+    assert targets.tolist() == [[3.0]] and advantage.tolist() == [[2.0]]

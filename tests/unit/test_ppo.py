@@ -113,6 +113,14 @@ def test_the_truncated_fraction_counts_ratios_above_the_cap_beyond_float_roundin
     assert float(terms["importance_weight_mean"]) == pytest.approx(4.75 / 4)
 
 
+def test_a_ratio_exactly_at_the_truncation_threshold_is_not_truncated():
+    """``C (1 + 1e-5)`` itself is float rounding of C (the threshold is strict); float64
+    ratios, so the threshold is exactly representable."""
+    threshold = torch.tensor([1.5 * (1 + 1e-5)], dtype=torch.float64)
+    terms = behaviour_correction(threshold.log(), torch.zeros(1, dtype=torch.float64), cap=1.5)
+    assert float(terms["truncated_fraction"]) == 0.0
+
+
 def hand_set_ppo(**ppo_args) -> PPO:
     """PPO with gamma 0.5, lambda 0.5 and C = 1.5 whose networks are set by hand: the policy
     gives action 0 probability 0.2 and action 1 probability 0.8 in every state; the value of
@@ -313,6 +321,20 @@ def test_a_lock_step_round_and_a_later_batch_of_one_worker_find_each_env_by_work
     assert {worker: at.tolist() for worker, at in rows.items()} == {0: [1], 1: [0, 2, 3]}
 
 
+def test_the_reward_scalers_statistics_hold_what_float32_would_lose_and_a_zero_std_scales_by_eps():
+    """A first rollout whose returns are all 1 (std 0) divides by sqrt(eps) = 1e-4 and clips
+    at the default 10; returns 1e8 and 1e8 + 1 (equal in float32) have variance 0.25; the
+    frame count goes on past 2^24 (where float32 stops counting by one)."""
+    scaler = RewardScaler(gamma=1.0)
+    assert scaler(torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2, dtype=torch.bool)).tolist() == [[10.0, 0.0]]
+    fine = RewardScaler(gamma=1.0)
+    fine(torch.tensor([[1e8, 1.0]]), torch.zeros(1, 2, dtype=torch.bool))
+    assert float(fine.var) == 0.25
+    fine.count.fill_(2**24)
+    fine(torch.ones(1, 1), torch.zeros(1, 1, dtype=torch.bool))
+    assert float(fine.count) == 2**24 + 1
+
+
 def test_ppo_scales_rewards_per_worker_from_what_the_actors_recorded():
     """The worker of each row reaches the scaler from the rollout's ``worker`` record: PPO's
     scaler ends where one fed the workers by hand does, not where one fed rows does."""
@@ -327,6 +349,8 @@ def test_ppo_scales_rewards_per_worker_from_what_the_actors_recorded():
         by_row(fields["reward"], fields["done"])
     assert float(learner.reward_scaler.var) == pytest.approx(float(by_worker.var), rel=1e-9)
     assert float(by_worker.var) != pytest.approx(float(by_row.var), rel=1e-6)
+    learner.prepare(rollout[:, :1])  # a rollout of one step (frames_per_batch = envs) has its worker too
+    assert float(learner.reward_scaler.count) == float(by_worker.count) + ENVS
 
 
 @torch.no_grad()
@@ -386,6 +410,7 @@ def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():
     assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.learner_steps == 2
     assert learner.stale_frames == ENVS * STEPS and learner.log_values()["collect/stale_frames"] == ENVS * STEPS
     assert learner.counters()["stale_frames"] == ENVS * STEPS
+    assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.stale_frames == 2 * ENVS * STEPS  # summed
 
 
 def test_the_env_clips_the_unbounded_actions_a_gaussian_policy_samples():
