@@ -18,7 +18,7 @@ from actorq.quant import QuantSpec, quantize
 @pytest.fixture
 def pendulum_policy():
     spec = EnvSpec.from_env(make_env("Pendulum-v1"))
-    return ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0)
+    return ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0, records=("worker",))
 
 
 @pytest.mark.parametrize("quant", [QuantSpec(bits=32), QuantSpec(bits=8, mode="static")], ids=["fp32", "int8"])
@@ -54,12 +54,16 @@ def test_actors_see_learner_weights_only_when_pushed(quant):
 
 
 def test_frame_budget_and_length(pendulum_policy):
+    """Each asynchronous batch is one worker's, and records which (the learner keeps each
+    env's running return by it)."""
     pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=2, frames_per_batch=40, total_frames=400), pendulum_policy)
     try:
-        frames = sum(batch.numel() for batch in pool)
+        batches = list(pool)
     finally:
         pool.shutdown()
-    assert frames == 400 and len(pool) == 10
+    assert sum(batch.numel() for batch in batches) == 400 and len(pool) == 10
+    assert all(len(set(batch["worker"].tolist())) == 1 for batch in batches)
+    assert {int(batch["worker"][0]) for batch in batches} <= {0, 1}
 
 
 def test_old_env_path_on_request(pendulum_policy):
@@ -71,6 +75,7 @@ def test_old_env_path_on_request(pendulum_policy):
     finally:
         pool.shutdown()
     assert [tuple(b.shape) for b in batches] == [(2, 20)] * 3
+    assert all(b["worker"].eq(0).all() for b in batches)  # TorchRL's rollout records it too
     assert all(b["next", "episode_reward"].dtype == torch.float32 for b in batches)
 
 
@@ -127,7 +132,7 @@ def test_lock_step_rounds_are_collected_with_the_policy_pushed_after_the_last_ro
     the version pushed after the round before (lag 0); asynchronous collection would already
     hold the next batch, collected with the old version."""
     spec = EnvSpec.from_env(make_env("Pendulum-v1"))
-    policy = ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0, records=("policy_version",))
+    policy = ExplorationPolicy(DeterministicActor(spec, (16,)), spec, 0.0, records=("policy_version", "worker"))
     pool = ActorPool(ActorSpec("Pendulum-v1", num_workers=workers, frames_per_batch=30, total_frames=600,
                      envs_per_worker=3, seed=1, collection="lockstep"), policy)
     versions = []
@@ -135,6 +140,7 @@ def test_lock_step_rounds_are_collected_with_the_policy_pushed_after_the_last_ro
         assert len(pool) == 600 // (30 * workers)
         for version, batch in enumerate(pool):
             assert batch.shape == (3 * workers, 10)
+            assert batch["worker"][:, 0].tolist() == [worker for worker in range(workers) for _ in range(3)]
             versions.append(set(batch["policy_version"].flatten().tolist()))
             policy.policy_version.fill_(version + 1)
             pool.push(policy)

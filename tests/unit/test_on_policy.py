@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from actorq.actors.policy import ExplorationPolicy, actor_policy
-from actorq.actors.pool import merge_round
+from actorq.actors.pool import merge_round, set_worker_index
 from actorq.algos.base import Exploration
 from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights, vtrace
 from actorq.algos.networks import CategoricalPolicy
@@ -69,9 +69,15 @@ def test_actors_record_the_log_probability_of_their_own_policy(quant):
     payload = {name: tensor.clone() for name, tensor in actors.network.payload().items()}
     actors.network.load_version(payload, policy_version=7)  # as a publish numbers the version
     torch.manual_seed(0)
-    action, log_mu, version = actors(observations)
+    action, log_mu, version, worker = actors(observations)
     log_pi = learner.policy.log_prob(observations, action)
     assert version.tolist() == [7] * 256 and action.shape == log_mu.shape == (256,)
+    assert worker.tolist() == [-1] * 256  # the learner's process is no actor worker
+    set_worker_index(3)  # as in actor worker 3, where a copy of this policy arrives pickled
+    try:
+        assert actors(observations[:2])[3].tolist() == [3, 3]
+    finally:
+        set_worker_index(None)
     if quant.bits == 32:
         assert torch.equal(log_mu, log_pi)
         assert torch.equal(truncated_importance_weights(log_pi, log_mu), torch.ones(256))
@@ -283,3 +289,56 @@ def test_vtrace_cuts_the_traces_by_lambda_times_the_ratio_by_hand():
     assert targets.tolist() == [[pytest.approx(1.5625), pytest.approx(2.5)]]
     # A_0 = 1 + 0.5 * v_1 - V(s_0) = 1.25; A_1 = 1 + 0.5 * V(s'_1) - V(s_1) = 0.5
     assert advantage.tolist() == [[pytest.approx(1.25), pytest.approx(0.5)]]
+
+
+# Two rows of four steps, for the hand-computed GAE and V-trace cases below: gamma 0.5,
+# lambda 0.5, rewards (1, 2, 3, 4), V(s_t) = (1, 2, 1, 2), V(s'_t) = (2, 3, 5, 6). Row 0's
+# episode is cut by a time limit at step 1 (done, not terminated): its V(s'_1) = 3 is neither
+# the next episode's first value V(s_2) = 1 nor step 2's target. Row 1's episode terminates at
+# step 1 and again at the rollout's last step.
+REWARD = torch.tensor([[1.0, 2.0, 3.0, 4.0]] * 2)
+VALUE = torch.tensor([[1.0, 2.0, 1.0, 2.0]] * 2)
+NEXT_VALUE = torch.tensor([[2.0, 3.0, 5.0, 6.0]] * 2)
+TERMINATED = torch.tensor([[False, False, False, False], [False, True, False, True]])
+DONE = torch.tensor([[False, True, False, False], [False, True, False, True]])
+
+
+def test_gae_by_hand_at_a_time_limit_a_termination_and_the_rollouts_end_with_lambda_below_one():
+    advantage = gae(REWARD, VALUE, NEXT_VALUE, TERMINATED, DONE, gamma=0.5, lam=0.5)
+    # delta_t = r + 0.5 (1 - terminated) V(s') - V(s); the trace gamma lam = 0.25, cut where done.
+    # Row 0: delta = (1 + 1 - 1, 2 + 1.5 - 2, 3 + 2.5 - 1, 4 + 3 - 2) = (1, 1.5, 4.5, 5);
+    #   A_3 = 5 (bootstrapped from V(s'_3)), A_2 = 4.5 + 0.25 * 5 = 5.75, A_1 = 1.5 (its own
+    #   V(s'_1), nothing from step 2), A_0 = 1 + 0.25 * 1.5 = 1.375.
+    # Row 1: delta = (1, 2 - 2, 4.5, 4 - 2) = (1, 0, 4.5, 2); A_3 = 2, A_2 = 4.5 + 0.25 * 2 = 5,
+    #   A_1 = 0, A_0 = 1 + 0.25 * 0 = 1.
+    assert advantage.tolist() == [pytest.approx([1.375, 1.5, 5.75, 5.0]), pytest.approx([1.0, 0.0, 5.0, 2.0])]
+
+
+def test_vtrace_by_hand_with_ratios_above_between_and_below_distinct_caps():
+    """Ratios pi/mu (4, 1, 0.25, 2) in both rows against rho_bar = 2 and c_bar = 0.5: 4 is above
+    both caps, 1 and 2 between or at them, 0.25 below both; lambda 0.5 < 1."""
+    log_ratio = torch.log(torch.tensor([[4.0, 1.0, 0.25, 2.0]] * 2))
+    targets, advantage = vtrace(log_ratio, REWARD, VALUE, NEXT_VALUE, TERMINATED, DONE, gamma=0.5, lam=0.5,
+                                rho_bar=2.0, c_bar=0.5)
+    # rho = min(2, r) = (2, 1, 0.25, 2); c = 0.5 * min(0.5, r) = (0.25, 0.25, 0.125, 0.25).
+    # Row 0: delta = rho (r + 0.5 V(s') - V(s)) = (2 * 1, 1 * 1.5, 0.25 * 4.5, 2 * 5) = (2, 1.5, 1.125, 10);
+    #   v_3 - V = 10; v_2 - V = 1.125 + 0.5 * 0.125 * 10 = 1.75; v_1 - V = 1.5 (done: no trace);
+    #   v_0 - V = 2 + 0.5 * 0.25 * 1.5 = 2.1875. Targets (3.1875, 3.5, 2.75, 12).
+    #   A_t = r + 0.5 v'_t - V(s), v'_t = v_{t+1}, or V(s'_t) where done or at the end:
+    #   A_0 = 1 + 0.5 * 3.5 - 1 = 1.75; A_1 = 2 + 0.5 * 3 - 2 = 1.5 (V(s'_1), not v_2 = 2.75 nor
+    #   V(s_2) = 1); A_2 = 3 + 0.5 * 12 - 1 = 8; A_3 = 4 + 0.5 * 6 - 2 = 5.
+    # Row 1: delta = (2, 1 * (2 - 2), 1.125, 2 * (4 - 2)) = (2, 0, 1.125, 4); v_3 - V = 4;
+    #   v_2 - V = 1.125 + 0.5 * 0.125 * 4 = 1.375; v_1 - V = 0; v_0 - V = 2 + 0 = 2.
+    #   Targets (3, 2, 2.375, 6); A = (1 + 0.5 * 2 - 1, 2 - 2, 3 + 0.5 * 6 - 1, 4 - 2) = (1, 0, 5, 2).
+    assert targets.tolist() == [pytest.approx([3.1875, 3.5, 2.75, 12.0]), pytest.approx([3.0, 2.0, 2.375, 6.0])]
+    assert advantage.tolist() == [pytest.approx([1.75, 1.5, 8.0, 5.0]), pytest.approx([1.0, 0.0, 5.0, 2.0])]
+
+
+def test_a_rollout_of_one_step_is_a_td_error_for_gae_and_vtrace():
+    """T = 1 (frames_per_batch equal to the number of envs): A = r + gamma V(s') - V(s) =
+    1 + 0.5 * 4 - 1 = 2; V-trace with ratio 2 truncated to rho = 1: v = V + 2 = 3, A = 2."""
+    one = torch.ones(1, 1)
+    no = torch.zeros(1, 1, dtype=torch.bool)
+    assert gae(one, one, 4 * one, no, no, gamma=0.5, lam=0.5).tolist() == [[2.0]]
+    targets, advantage = vtrace(torch.log(2 * one), one, one, 4 * one, no, no, gamma=0.5, lam=0.5)
+    assert targets.tolist() == [[3.0]] and advantage.tolist() == [[2.0]]

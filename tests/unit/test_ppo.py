@@ -11,7 +11,7 @@ from tensordict import TensorDict
 
 from actorq.actors.policy import actor_policy
 from actorq.algos.networks import GaussianHead, GaussianPolicy, ObservationNormalizer
-from actorq.algos.on_policy import RewardScaler, behaviour_correction, rollout_fields, vtrace
+from actorq.algos.on_policy import RewardScaler, behaviour_correction, rollout_fields, rows_by_worker, vtrace
 from actorq.algos.ppo import PPO, orthogonal_
 from actorq.quant import QuantizedNetwork, QuantSpec
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
@@ -100,6 +100,94 @@ def test_the_correction_terms_on_a_hand_computed_batch():
     assert float(terms["importance_weight_mean"]) == pytest.approx(2.5 / 3)
     assert float(terms["importance_weight_max"]) == 1.0 and float(terms["truncated_fraction"]) == pytest.approx(1 / 3)
     assert behaviour_correction(prox, mu, cap=3.0)["weight"].tolist() == pytest.approx([2.0, 1.0, 0.5])
+
+
+def test_the_truncated_fraction_counts_ratios_above_the_cap_beyond_float_rounding():
+    """Ratios against C = 1.5: 1.5 (1 + 5e-6) is the cap to float rounding, not truncated;
+    1.5 (1 + 1e-4) and 4 are; 0.25 keeps its weight. The largest weight is C."""
+    ratio = torch.tensor([1.5 * (1 + 5e-6), 1.5 * (1 + 1e-4), 4.0, 0.25], dtype=torch.float64)
+    terms = behaviour_correction(ratio.log(), torch.zeros(4, dtype=torch.float64), cap=1.5)
+    assert terms["weight"].tolist() == pytest.approx([1.5, 1.5, 1.5, 0.25])
+    assert float(terms["truncated_fraction"]) == 0.5
+    assert float(terms["importance_weight_max"]) == 1.5
+    assert float(terms["importance_weight_mean"]) == pytest.approx(4.75 / 4)
+
+
+def test_a_ratio_exactly_at_the_truncation_threshold_is_not_truncated():
+    """``C (1 + 1e-5)`` itself is float rounding of C (the threshold is strict); float64
+    ratios, so the threshold is exactly representable."""
+    threshold = torch.tensor([1.5 * (1 + 1e-5)], dtype=torch.float64)
+    terms = behaviour_correction(threshold.log(), torch.zeros(1, dtype=torch.float64), cap=1.5)
+    assert float(terms["truncated_fraction"]) == 0.0
+
+
+def hand_set_ppo(**ppo_args) -> PPO:
+    """PPO with gamma 0.5, lambda 0.5 and C = 1.5 whose networks are set by hand: the policy
+    gives action 0 probability 0.2 and action 1 probability 0.8 in every state; the value of
+    a state ``s`` with ``s_0 >= 0`` is ``s_0``."""
+    learner = PPO(DISCRETE, hidden=(4,), gamma=0.5, gae_lambda=0.5, importance_weight_cap=1.5, **ppo_args)
+    with torch.no_grad():
+        for parameter in (*learner.policy.parameters(), *learner.value.parameters()):
+            parameter.zero_()
+        learner.policy.trunk[-1].bias.copy_(torch.tensor([0.0, math.log(4.0)]))  # softmax: (0.2, 0.8)
+        learner.value[0].weight[0, 0] = learner.value[-1].weight[0, 0] = 1.0  # relu(s_0)
+    return learner
+
+
+def hand_made_rollout() -> TensorDict:
+    """The two rows of test_on_policy.py's hand-computed GAE and V-trace cases, as actors would
+    record them: V(s_t) = (1, 2, 1, 2) and V(s'_t) = (2, 3, 5, 6) put in the observations,
+    rewards (1, 2, 3, 4), row 0 cut by a time limit at step 1, row 1 terminated at steps 1 and
+    3; actions (0, 1, 0, 1) taken with mu = (0.05, 0.8, 0.8, 0.4), so pi_prox / mu = (4, 1, 0.25, 2)."""
+    shape = (2, 4)
+    observation, next_observation = torch.zeros(*shape, 4), torch.zeros(*shape, 4)
+    observation[..., 0] = torch.tensor([1.0, 2.0, 1.0, 2.0])
+    next_observation[..., 0] = torch.tensor([2.0, 3.0, 5.0, 6.0])
+    terminated = torch.tensor([[False, False, False, False], [False, True, False, True]])
+    done = torch.tensor([[False, True, False, False], [False, True, False, True]])
+    return TensorDict({
+        "observation": observation, "action": torch.tensor([[0, 1, 0, 1]] * 2),
+        "log_prob": torch.log(torch.tensor([[0.05, 0.8, 0.8, 0.4]] * 2)),
+        "policy_version": torch.zeros(shape, dtype=torch.int64),
+        "next": {"observation": next_observation, "reward": torch.tensor([[1.0, 2.0, 3.0, 4.0]] * 2).unsqueeze(-1),
+                 "terminated": terminated.unsqueeze(-1), "done": done.unsqueeze(-1)},
+    }, batch_size=shape)
+
+
+def test_prepare_by_hand_in_lock_step_gae_weights_and_the_correction_terms():
+    learner = hand_set_ppo()
+    steps, terms = learner.prepare(hand_made_rollout())
+    assert steps["prox_log_prob"].exp().tolist() == pytest.approx([0.2, 0.8, 0.2, 0.8] * 2)
+    # GAE(0.5) as in test_on_policy.py: rows (1.375, 1.5, 5.75, 5) and (1, 0, 5, 2); returns A + V.
+    assert steps["advantage"].tolist() == pytest.approx([1.375, 1.5, 5.75, 5.0, 1.0, 0.0, 5.0, 2.0])
+    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 6.75, 7.0, 2.0, 2.0, 6.0, 4.0])
+    # w = min(pi_prox / mu, 1.5) = (1.5, 1, 0.25, 1.5): lagged actors, ratios above and below C.
+    assert steps["weight"].tolist() == pytest.approx([1.5, 1.0, 0.25, 1.5] * 2)
+    # KL estimate: mean of (r - 1) - log r = (3 - log 4) + 0 + (-0.75 + log 4) + (1 - log 2), over 4.
+    assert float(terms["kl_behaviour"]) == pytest.approx((3.25 - math.log(2.0)) / 4, rel=1e-5)
+    assert float(terms["truncated_fraction"]) == 0.5 and float(terms["importance_weight_max"]) == 1.5
+    assert float(terms["importance_weight_mean"]) == pytest.approx(4.25 / 4)
+    # The first minibatch (pi == pi_prox, every r = 1): L_policy = -mean(w A) = -(12.5 + 5.75) / 8;
+    # L_value = mean((R - V)^2) = mean(A^2) = (62.203125 + 30) / 8.
+    learner.normalize_advantage = False
+    _, loss_terms, _ = learner._loss(steps, clip=0.2)
+    assert float(loss_terms["loss_policy"]) == pytest.approx(-18.25 / 8, rel=1e-5)
+    assert float(loss_terms["loss_value"]) == pytest.approx(92.203125 / 8, rel=1e-5)
+
+
+def test_prepare_by_hand_under_asynchronous_collection_takes_vtrace_with_caps_of_one():
+    learner = hand_set_ppo()
+    learner.asynchronous = True
+    steps, _ = learner.prepare(hand_made_rollout())
+    # rho = min(1, r) = (1, 1, 0.25, 1), c = 0.5 rho = (0.5, 0.5, 0.125, 0.5).
+    # Row 0: delta = (1, 1.5, 0.25 * 4.5, 5); v - V: 5, 1.125 + 0.5 * 0.125 * 5 = 1.4375, 1.5 (done),
+    #   1 + 0.5 * 0.5 * 1.5 = 1.375; targets (2.375, 3.5, 2.4375, 7);
+    #   A = (1 + 0.5 * 3.5 - 1, 2 + 0.5 * 3 - 2, 3 + 0.5 * 7 - 1, 4 + 0.5 * 6 - 2) = (1.75, 1.5, 5.5, 5).
+    # Row 1: delta = (1, 0, 1.125, 2); v - V: 2, 1.125 + 0.0625 * 2 = 1.25, 0, 1; targets (2, 2, 2.25, 4);
+    #   A = (1 + 0.5 * 2 - 1, 0, 3 + 0.5 * 4 - 1, 4 - 2) = (1, 0, 4, 2).
+    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 2.4375, 7.0, 2.0, 2.0, 2.25, 4.0])
+    assert steps["advantage"].tolist() == pytest.approx([1.75, 1.5, 5.5, 5.0, 1.0, 0.0, 4.0, 2.0])
+    assert steps["weight"].tolist() == pytest.approx([1.5, 1.0, 0.25, 1.5] * 2)  # C, not rho-bar
 
 
 def surrogate_batch(learner: PPO, ratio: torch.Tensor, advantage: torch.Tensor, weight: torch.Tensor) -> dict:
@@ -198,6 +286,73 @@ def test_rewards_are_scaled_by_the_running_std_of_each_envs_discounted_return():
     assert clipped(torch.tensor([[10.0, -10.0]]), torch.zeros(1, 2, dtype=torch.bool)).tolist() == [[1.0, -1.0]]
 
 
+def test_asynchronous_batches_keep_one_running_return_per_worker_and_env():
+    """gamma 0.5; worker 0's batch, worker 1's, worker 0's again (asynchronous hand-over):
+    worker 0's rows go on from its own returns, not from worker 1's rows of the batch between.
+    Worker 0 (2 envs): rewards (1, 1) and (2, 0): returns (1, 1.5) and (2, 1); then 1 and 1:
+    1.5 * 0.5 + 1 = 1.75 and 1 * 0.5 + 1 = 1.5 (per row, they would go on from worker 1's 4
+    and 8: 3 and 5). Worker 1 (2 envs): rewards (4, 4), its env 0 ending at step 0, and
+    (0, 8): returns (4, 4) and (0, 8)."""
+    scaler = RewardScaler(gamma=0.5)
+    no = torch.zeros(2, 2, dtype=torch.bool)
+    scaler(torch.tensor([[1.0, 1.0], [2.0, 0.0]]), no, worker=torch.tensor([0, 0]))
+    scaler(torch.tensor([[4.0, 4.0], [0.0, 8.0]]), torch.tensor([[True, False], [False, False]]),
+           worker=torch.tensor([1, 1]))
+    scaler(torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool), worker=torch.tensor([0, 0]))
+    returns = [1.0, 1.5, 2.0, 1.0, 4.0, 4.0, 0.0, 8.0, 1.75, 1.5]
+    assert float(scaler.count) == len(returns)
+    assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
+    assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+
+
+def test_a_lock_step_round_and_a_later_batch_of_one_worker_find_each_env_by_worker():
+    """A round merges worker 0's env and worker 1's two (rows 0 | 1, 2), rewards 1, gamma 1;
+    a batch of worker 1 alone (rows 0, 1) then goes on from rows 1 and 2 of the round (2 and
+    3 after reward 1), not from row 0 and 1 (2 and 2); worker 0 with two envs now, not one, starts
+    again at 0 (1 and 1)."""
+    scaler = RewardScaler(gamma=1.0)
+    scaler(torch.tensor([[1.0], [1.0], [2.0]]), torch.zeros(3, 1, dtype=torch.bool), worker=torch.tensor([0, 1, 1]))
+    scaler(torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool), worker=torch.tensor([1, 1]))
+    scaler(torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool), worker=torch.tensor([0, 0]))
+    returns = [1.0, 1.0, 2.0, 2.0, 3.0, 1.0, 1.0]
+    assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
+    assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+    rows = rows_by_worker(torch.tensor([1, 0, 1, 1]))
+    assert {worker: at.tolist() for worker, at in rows.items()} == {0: [1], 1: [0, 2, 3]}
+
+
+def test_the_reward_scalers_statistics_hold_what_float32_would_lose_and_a_zero_std_scales_by_eps():
+    """A first rollout whose returns are all 1 (std 0) divides by sqrt(eps) = 1e-4 and clips
+    at the default 10; returns 1e8 and 1e8 + 1 (equal in float32) have variance 0.25; the
+    frame count goes on past 2^24 (where float32 stops counting by one)."""
+    scaler = RewardScaler(gamma=1.0)
+    assert scaler(torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2, dtype=torch.bool)).tolist() == [[10.0, 0.0]]
+    fine = RewardScaler(gamma=1.0)
+    fine(torch.tensor([[1e8, 1.0]]), torch.zeros(1, 2, dtype=torch.bool))
+    assert float(fine.var) == 0.25
+    fine.count.fill_(2**24)
+    fine(torch.ones(1, 1), torch.zeros(1, 1, dtype=torch.bool))
+    assert float(fine.count) == 2**24 + 1
+
+
+def test_ppo_scales_rewards_per_worker_from_what_the_actors_recorded():
+    """The worker of each row reaches the scaler from the rollout's ``worker`` record: PPO's
+    scaler ends where one fed the workers by hand does, not where one fed rows does."""
+    learner = PPO(DISCRETE, hidden=(8,), scale_rewards=True, gamma=0.5)
+    by_worker, by_row = RewardScaler(gamma=0.5), RewardScaler(gamma=0.5)
+    for seed, worker in ((0, 0), (1, 1), (2, 0)):
+        rollout = collect(learner, QuantSpec(bits=32), seed=seed)
+        rollout["worker"] = torch.full(rollout.shape, worker)
+        learner.prepare(rollout)
+        fields = rollout_fields(rollout)
+        by_worker(fields["reward"], fields["done"], fields["worker"])
+        by_row(fields["reward"], fields["done"])
+    assert float(learner.reward_scaler.var) == pytest.approx(float(by_worker.var), rel=1e-9)
+    assert float(by_worker.var) != pytest.approx(float(by_row.var), rel=1e-6)
+    learner.prepare(rollout[:, :1])  # a rollout of one step (frames_per_batch = envs) has its worker too
+    assert float(learner.reward_scaler.count) == float(by_worker.count) + ENVS
+
+
 @torch.no_grad()
 def test_orthogonal_init_gives_hidden_layers_gain_sqrt2_and_the_output_its_own():
     learner = PPO(DISCRETE, hidden=(64, 64))
@@ -255,6 +410,7 @@ def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():
     assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.learner_steps == 2
     assert learner.stale_frames == ENVS * STEPS and learner.log_values()["collect/stale_frames"] == ENVS * STEPS
     assert learner.counters()["stale_frames"] == ENVS * STEPS
+    assert learner.learn(rollout, new_frames=ENVS * STEPS) == {} and learner.stale_frames == 2 * ENVS * STEPS  # summed
 
 
 def test_the_env_clips_the_unbounded_actions_a_gaussian_policy_samples():

@@ -4,7 +4,7 @@ The exploration scale lives in a buffer, so pushing the learner's weights to the
 also pushes the current epsilon (or Gaussian sigma): annealing is decided by the learner.
 So does the policy's version (bumped by every publish), which the actors record with each
 step when the learner asked for it (``records``), beside the action's log-probability
-under this very policy (the int8 one, for int8 actors).
+under this very policy (the int8 one, for int8 actors) and the actor worker that took it.
 
 Example:
     >>> from actorq.envs import EnvSpec
@@ -23,15 +23,17 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from actorq.actors.processes import worker_index
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec
 
 if TYPE_CHECKING:
     from actorq.algos.base import Learner
 
-RECORDS = ("log_prob", "policy_version")
+RECORDS = ("log_prob", "policy_version", "worker")
 """What a learner may ask the actors to record with each step, besides the action: the
-action's log-probability under the actors' own policy, and the version of that policy."""
+action's log-probability under the actors' own policy, the version of that policy, and the
+actor worker that acted (its row ``i`` is that worker's env ``i``)."""
 
 
 class ExplorationPolicy(nn.Module):
@@ -47,8 +49,10 @@ class ExplorationPolicy(nn.Module):
         records: what to return with each action, in this order (a learner's
             :attr:`~actorq.algos.base.Learner.records`): ``"log_prob"`` (the action's
             log-probability, from ``network.sample_with_log_prob``; stochastic policies
-            only) and ``"policy_version"`` (:attr:`policy_version`, per row). With any,
-            ``forward`` returns a tuple ``(action, *records)``.
+            only), ``"policy_version"`` (:attr:`policy_version`, per row) and ``"worker"``
+            (the index of the actor worker this policy runs in,
+            :func:`~actorq.actors.processes.worker_index`, per row; -1 outside actor
+            workers). With any, ``forward`` returns a tuple ``(action, *records)``.
 
     Attributes:
         policy_version: int64 buffer, the version of the weights this policy holds (set by
@@ -72,6 +76,7 @@ class ExplorationPolicy(nn.Module):
         self._versioned = hasattr(network, "sample_with_log_prob_and_version")
         self.stochastic = stochastic
         self.records = tuple(records)
+        self._worker = (None, torch.tensor(-1))  # (worker_index(), as a tensor): the process's own
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
         self.register_buffer("noise_scale", torch.tensor(float(noise_scale)))
@@ -103,9 +108,21 @@ class ExplorationPolicy(nn.Module):
         else:
             action = network.sample(obs) if self.stochastic else self._explore(network.forward(obs))
             log_prob = None
-        values = {"log_prob": log_prob, "policy_version": version.expand(obs.shape[0])}
+        rows = obs.shape[0]
+        values = {"log_prob": log_prob, "policy_version": version.expand(rows)}
+        if "worker" in self.records:
+            values["worker"] = self._worker_index().expand(rows)
         out = (action, *(values[name] for name in self.records))
         return tuple(value.squeeze(0) for value in out) if unbatched else out
+
+    def _worker_index(self) -> torch.Tensor:
+        """This process's actor worker index as an int64 scalar (-1 outside actor workers).
+        Checked at every call: a policy pickled into a worker arrives with what it held in
+        the learner's process."""
+        index = worker_index()
+        if self._worker[0] != index:
+            self._worker = (index, torch.tensor(-1 if index is None else index))
+        return self._worker[1]
 
     def _explore(self, out: torch.Tensor) -> torch.Tensor:
         buffers = self._buffers

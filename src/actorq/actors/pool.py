@@ -45,6 +45,7 @@ from actorq.actors import torchrl_adapter as adapter
 from actorq.actors.base import ActorPoolBase, ActorSpec
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.processes import forked_workers, in_environment
+from actorq.actors.processes import set_worker_index, worker_index  # noqa: F401  (imported from here too)
 from actorq.actors.rollout import LeanCollector
 
 if TYPE_CHECKING:
@@ -57,25 +58,6 @@ ACK_TIMEOUT_S = 60.0
 
 DRAIN_TIMEOUT_S = 10.0
 """How long a restart waits for the live workers to finish the batches they are collecting."""
-
-_WORKER_INDEX: int | None = None
-
-
-def worker_index() -> int | None:
-    """The index (``0 .. num_workers - 1``) of the actor worker this process runs, ``None``
-    outside actor workers. It is set before the worker builds its envs, so an env may read it.
-
-    Example:
-        >>> worker_index() is None  # the learner's process
-        True
-    """
-    return _WORKER_INDEX
-
-
-def set_worker_index(index: int | None) -> None:
-    """Marks this process as actor worker ``index`` (what :func:`worker_index` returns)."""
-    global _WORKER_INDEX
-    _WORKER_INDEX = index
 
 
 class Written:

@@ -16,6 +16,9 @@ a run (``actorq.train``) builds its learner, replay and Trainer meanwhile.
 A forked worker has the environment variables the fork server started with;
 :func:`in_environment` gives it the main process's, as a spawned worker would have.
 
+Each worker knows its index (:func:`worker_index`, set by the pool before the worker builds
+its envs): an env may read it, and the actors' policy records it when the learner asks.
+
 Example:
     >>> import os
     >>> in_environment({**os.environ, "ACTORQ_EXAMPLE": "1"}, lambda: os.environ["ACTORQ_EXAMPLE"])
@@ -37,6 +40,25 @@ PRELOAD = ("torch", "tensordict", "torchrl", "actorq.actors.pool")
 """What the fork server imports once, for every worker it forks."""
 
 T = TypeVar("T")
+
+_WORKER_INDEX: int | None = None
+
+
+def worker_index() -> int | None:
+    """The index (``0 .. num_workers - 1``) of the actor worker this process runs, ``None``
+    outside actor workers. It is set before the worker builds its envs, so an env may read it.
+
+    Example:
+        >>> worker_index() is None  # the learner's process
+        True
+    """
+    return _WORKER_INDEX
+
+
+def set_worker_index(index: int | None) -> None:
+    """Marks this process as actor worker ``index`` (what :func:`worker_index` returns)."""
+    global _WORKER_INDEX
+    _WORKER_INDEX = index
 
 
 def start_fork_server() -> None:

@@ -91,7 +91,7 @@ class LeanCollector(Collector):
         return buffers.tensordict(env.batched)
 
 
-RECORD_DTYPES = {"log_prob": np.float32, "policy_version": np.int64}
+RECORD_DTYPES = {"log_prob": np.float32, "policy_version": np.int64, "worker": np.int64}
 """The dtype of each thing a policy may record (:data:`actorq.actors.policy.RECORDS`)."""
 
 

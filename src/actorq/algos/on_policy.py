@@ -4,8 +4,8 @@ No replay: the actors' batch of one round (lock-step collection, ``actors.collec
 what ``auto`` picks for this family) or of one worker (asynchronous collection) is the
 rollout, used once and dropped. The actors record with every step what
 :attr:`OnPolicyLearner.records` asks for: the log-probability of the action under the policy
-they acted with (``log_prob``; the int8 policy when the actors run int8) and that policy's
-version (``policy_version``). Quantized actors are a behaviour policy, so an on-policy
+they acted with (``log_prob``; the int8 policy when the actors run int8), that policy's
+version (``policy_version``) and the actor worker that acted (``worker``). Quantized actors are a behaviour policy, so an on-policy
 learner corrects for the difference between what they ran and what it trains, e.g. with
 :func:`truncated_importance_weights`; every batch logs how far behind the learner the
 actors' policy was, in published versions (``collect/policy_lag``) and in gradient updates
@@ -71,7 +71,7 @@ class OnPolicyLearner(Learner):
     """
 
     experience_kind = "rollout"
-    records = ("log_prob", "policy_version")
+    records = ("log_prob", "policy_version", "worker")
     stochastic = True
     push_every_n_steps = 1  # a batch's updates all happen in one step of the loop: a push per rollout
     init_random_frames = 0
@@ -287,8 +287,14 @@ class RewardScaler(torch.nn.Module):
     (SB3's ``VecNormalize(norm_reward=True)``), clipped to ``[-clip, clip]``. A learner-side
     option: the actors never see the scale.
 
+    An env is a row of an actor worker's batch. Given ``worker``, the worker each row of the
+    rollout came from (what the actors record), worker ``w``'s ``i``-th row goes on from the
+    return ``w``'s ``i``-th row reached in the last rollout that had ``w``'s rows, whatever
+    came in between: a lock-step round holds every worker's rows, an asynchronous batch one
+    worker's. Without ``worker``, row ``i`` goes on from row ``i``.
+
     The statistics are buffers (saved in checkpoints); each env's running return is not,
-    and starts again at 0 after a resume or when the number of envs changes.
+    and starts again at 0 after a resume or when the number of a worker's envs changes.
 
     Example:
         >>> scaler = RewardScaler(gamma=1.0)
@@ -304,29 +310,48 @@ class RewardScaler(torch.nn.Module):
         self.register_buffer("mean", torch.zeros(()))
         self.register_buffer("var", torch.ones(()))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
-        self._returns: torch.Tensor | None = None
+        self._returns: dict[int, torch.Tensor] = {}  # worker -> the running return of each of its envs
 
-    def forward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """``reward`` ``[envs, T]`` scaled, after the running return statistics took it in."""
+    def forward(self, reward: torch.Tensor, done: torch.Tensor, worker: torch.Tensor | None = None) -> torch.Tensor:
+        """``reward`` ``[envs, T]`` scaled, after the running return statistics took it in;
+        ``worker`` ``[envs]``: the actor worker of each row (``None``: rows are envs)."""
         envs, steps = reward.shape
-        if self._returns is None or len(self._returns) != envs:
-            self._returns = torch.zeros(envs, dtype=torch.float64)
-        returns = torch.empty(envs, steps, dtype=torch.float64)
-        running = self._returns
+        rows = rows_by_worker(torch.zeros(envs, dtype=torch.int64) if worker is None else worker)
+        returns = torch.empty(envs, steps, dtype=torch.float64, device=reward.device)
+        running = self._running_returns(rows, envs, reward.device)
         for t in range(steps):
             running = running * self.gamma + reward[:, t].double()
             returns[:, t] = running
             running = running.masked_fill(done[:, t], 0.0)
-        self._returns = running
+        self._returns.update({index: running[at] for index, at in rows.items()})
         merge_moments(self.mean, self.var, self.count, returns.reshape(-1))
         return (reward / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
 
+    def _running_returns(self, rows: dict[int, torch.Tensor], envs: int, device: torch.device) -> torch.Tensor:
+        """Where each row's env left its return (0 for an env not seen before)."""
+        running = torch.zeros(envs, dtype=torch.float64, device=device)
+        for index, at in rows.items():
+            kept = self._returns.get(index)
+            if kept is not None and len(kept) == len(at):
+                running[at] = kept
+        return running
+
+
+def rows_by_worker(worker: torch.Tensor) -> dict[int, torch.Tensor]:
+    """The rows of each worker in ``worker`` ``[envs]``, in order: its envs 0, 1, ...
+
+    Example:
+        >>> rows_by_worker(torch.tensor([2, 2, 0]))
+        {0: tensor([2]), 2: tensor([0, 1])}
+    """
+    return {int(index): (worker == index).nonzero().squeeze(1) for index in worker.unique()}
 
 
 def rollout_fields(rollout: TensorDictBase) -> dict[str, Any]:
     """The fields of a rollout ``[envs, T]`` every on-policy update reads, shaped ``[envs, T]``
     (or ``[envs, T, dim]`` for observations): ``observation``, ``next_observation``, ``action``,
-    ``reward``, ``terminated``, ``done`` and the actors' ``log_prob``."""
+    ``reward``, ``terminated``, ``done`` and the actors' ``log_prob``; and ``worker`` ``[envs]``,
+    the actor worker each row came from (``None`` if the rollout does not record it)."""
     shape = rollout.shape
     return {
         "observation": rollout["observation"],
@@ -336,4 +361,5 @@ def rollout_fields(rollout: TensorDictBase) -> dict[str, Any]:
         "terminated": rollout["next", "terminated"].reshape(shape),
         "done": rollout["next", "done"].reshape(shape),
         "log_prob": rollout["log_prob"].reshape(shape),
+        "worker": rollout["worker"].reshape(shape)[:, 0] if "worker" in rollout.keys() else None,
     }

@@ -27,7 +27,7 @@ Example:
     >>> from actorq.envs import EnvSpec
     >>> ppo = PPO(EnvSpec(obs_dim=4, discrete=True, num_actions=2), hidden=(16,))
     >>> type(ppo.policy).__name__, ppo.records
-    ('CategoricalPolicy', ('log_prob', 'policy_version'))
+    ('CategoricalPolicy', ('log_prob', 'policy_version', 'worker'))
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ class PPO(OnPolicyLearner):
         value = self.value(observation).squeeze(-1)
         next_value = self.value(self.policy.normalizer(step["next_observation"])).squeeze(-1)
         prox_log_prob = self.policy.head.log_prob(self.policy.trunk(observation), step["action"])
-        reward = step["reward"] if self.reward_scaler is None else self.reward_scaler(step["reward"], step["done"])
+        reward = (step["reward"] if self.reward_scaler is None
+                  else self.reward_scaler(step["reward"], step["done"], step["worker"]))
         ends = step["terminated"], step["done"]
         if self.asynchronous:  # mu lags pi_prox by versions too: V-trace's truncated traces
             returns, advantage = vtrace(prox_log_prob - step["log_prob"], reward, value, next_value, *ends,
