@@ -31,3 +31,23 @@ def test_the_measurement_is_made_once_per_engine():
     assert _ao.saturates_full_range(engine) is first
     assert _ao.saturates_full_range.cache_info().hits >= 1
     assert _ao.saturates_full_range("no-such-engine") is True  # unknown kernels keep 7 bits
+
+
+@pytest.mark.parametrize("saturates", [True, False])
+def test_dynamic_layers_quantize_their_inputs_on_the_bits_the_engine_sums_exactly(monkeypatch, saturates):
+    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: saturates)
+    torch.manual_seed(0)
+    actor = DeterministicActor(SPEC, (64, 64))
+    spec = QuantSpec(bits=8, mode="dynamic", format="int8_dynamic")
+    payload = quantize(actor, spec)
+    layer = _ao.dynamic_linear(payload["l1_weight"], payload["l1_weight_scale"], payload["l1_weight_zero_point"],
+                               payload["l1_bias"])
+    inputs = torch.rand(16, 64) * 3
+    packed = layer._packed_params._packed_params
+    expected = torch.ops.quantized.linear_dynamic(inputs, packed, reduce_range=saturates)
+    other = torch.ops.quantized.linear_dynamic(inputs, packed, reduce_range=not saturates)
+    assert layer.reduce_range is saturates
+    assert torch.equal(layer(inputs), expected) and not torch.equal(expected, other)
+    converted = _ao.convert_dynamic(actor.trunk, spec)  # torch.ao's own conversion, the reference
+    assert all(module.reduce_range is saturates for module in converted.modules()
+               if isinstance(module, _ao.DynamicLinear))

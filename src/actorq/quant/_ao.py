@@ -222,7 +222,11 @@ def convert_dynamic(trunk: nn.Sequential, spec: QuantSpec) -> nn.Module:
     qconfig = tq.per_channel_dynamic_qconfig if per_channel else tq.default_dynamic_qconfig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return tq.quantize_dynamic(copy.deepcopy(trunk).eval(), {nn.Linear: qconfig}, dtype=WEIGHT_DTYPE)
+        converted = tq.quantize_dynamic(copy.deepcopy(trunk).eval(), {nn.Linear: qconfig}, dtype=WEIGHT_DTYPE)
+    for module in converted.modules():
+        if type(module) is nnqd.Linear:
+            _exact_inputs(module)
+    return converted
 
 
 def quantized_layers(converted: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
@@ -376,11 +380,30 @@ def static_linear(
     return module
 
 
+class DynamicLinear(nnqd.Linear):
+    """torch.ao's dynamically quantized ``Linear``, its inputs quantized on all 8 bits where
+    the kernel of the engine it was packed for sums them exactly on this CPU
+    (:func:`saturates_full_range`); torch's own always takes 7."""
+
+    reduce_range = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self._packed_params._packed_params
+        return torch.ops.quantized.linear_dynamic(x, packed, reduce_range=self.reduce_range).to(x.dtype)
+
+
+def _exact_inputs(module: nnqd.Linear) -> DynamicLinear:
+    """``module`` as a :class:`DynamicLinear` for the engine packing now."""
+    module.__class__ = DynamicLinear
+    module.reduce_range = saturates_full_range(torch.backends.quantized.engine)
+    return module
+
+
 def dynamic_linear(
     codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, bias: torch.Tensor
 ) -> nn.Module:
     """A dynamically quantized ``Linear``: int8 weights, fp32 in and out."""
-    return _with_weight(nnqd.Linear, codes, scale, zero_point, bias, dtype=WEIGHT_DTYPE)
+    return _exact_inputs(_with_weight(nnqd.Linear, codes, scale, zero_point, bias, dtype=WEIGHT_DTYPE))
 
 
 def static_layer_norm(
