@@ -60,7 +60,7 @@ from actorq.quant.codecs._parts import (
 from actorq.quant.layout import Payload, PayloadSpec
 
 # Built-ins first, in this order (it orders QuantSpec's messages); then any other module here.
-_BUILTIN = ("fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "simulated")
+_BUILTIN = ("fp32", "bf16", "int8_static", "int8_static_fp32_ends", "int8_dynamic", "int8_dynamic_fp32_ends", "simulated")
 for _name in (*_BUILTIN, *sorted({m.name for m in pkgutil.iter_modules(__path__)} - set(_BUILTIN))):
     if not _name.startswith("_"):
         importlib.import_module(f"{__name__}.{_name}")

@@ -1,4 +1,6 @@
-"""``quant.bits=8, mode=dynamic``: int8 weights, activations quantized per batch (torch.ao)."""
+"""``quant.format=int8_dynamic``: every ``Linear`` int8 weights, activations quantized per batch
+(torch.ao). ``quant.bits=8, mode=dynamic`` alone runs
+:mod:`~actorq.quant.codecs.int8_dynamic_fp32_ends`."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from actorq.quant.codecs._parts import (
 @register
 class Int8Dynamic(Codec):
     name = "int8_dynamic"
+    implicit = False  # quant.bits=8 mode=dynamic runs int8_dynamic_fp32_ends
     bits = (8,)
     modes = ("dynamic",)
     bits_help = "8 (int8)"

@@ -53,10 +53,11 @@ class Int8StaticFp32Ends(Codec):
     int8_kernels = True
     calibrated = True
     auto_candidate = True
+    middle: Codec = _INT8_STATIC  # the codec of the layers between the ends
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
-        return f"int8 static {spec.granularity} fp32-ends{engine}"
+        return f"int8 {spec.mode} {spec.granularity} fp32-ends{engine}"
 
     def check_layout(self, layout):
         check_static_blocks(layout, range(1, layout.num_layers - 1))
@@ -65,7 +66,7 @@ class Int8StaticFp32Ends(Codec):
         last = layout.num_layers - 1
         out = float_layer_spec(layout, 0, FLOAT32)
         if _has_middle(layout):
-            out.update(_renumbered(_INT8_STATIC.payload_spec(_middle(layout), spec), +1))
+            out.update(_renumbered(self.middle.payload_spec(_middle(layout), spec), +1))
         if last:
             out.update(float_layer_spec(layout, last, FLOAT32))
         return out
@@ -75,7 +76,7 @@ class Int8StaticFp32Ends(Codec):
         payload = float_layer(trunk, layout, 0, FLOAT32)
         if _has_middle(layout):
             middle, features, middle_spec = _split(trunk, layout, spec, calibration)
-            payload.update(_renumbered(_INT8_STATIC.encode(middle, _middle(layout), middle_spec, features), +1))
+            payload.update(_renumbered(self.middle.encode(middle, _middle(layout), middle_spec, features), +1))
         if last:
             payload.update(float_layer(trunk, layout, last, FLOAT32))
         return payload
@@ -85,7 +86,7 @@ class Int8StaticFp32Ends(Codec):
         modules = _plain_layer(layout, payload, 0)
         if _has_middle(layout):
             middle_payload = _renumbered({k: v for k, v in payload.items() if _in_middle(k, last)}, -1)
-            modules.extend(_INT8_STATIC.decode(_middle(layout), spec, middle_payload))
+            modules.extend(self.middle.decode(_middle(layout), spec, middle_payload))
         if last:
             modules.extend(_plain_layer(layout, payload, last))
         return nn.Sequential(*modules)
@@ -98,7 +99,7 @@ class Int8StaticFp32Ends(Codec):
         first, last = layout.module_index(1), layout.module_index(layout.num_layers - 1)
         return nn.Sequential(
             *copy.deepcopy(trunk[:first]),
-            _INT8_STATIC.reference(middle, middle_spec, features),
+            self.middle.reference(middle, middle_spec, features),
             *copy.deepcopy(trunk[last:]),
         )
 
