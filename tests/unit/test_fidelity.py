@@ -16,7 +16,7 @@ from actorq.algos.networks import CategoricalPolicy, DeterministicActor, Gaussia
 from actorq.algos.ppo import PPO
 from actorq.data.experience import Experience
 from actorq.envs import EnvSpec
-from actorq.quant import QuantSpec, policy_divergence
+from actorq.quant import QuantizedNetwork, QuantSpec, policy_divergence
 from actorq.run.clock import FrameClock
 
 CONTINUOUS = EnvSpec(obs_dim=5, discrete=False, action_dim=2, action_low=(-2.0, -2.0), action_high=(2.0, 2.0))
@@ -150,3 +150,41 @@ def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take
     assert experience.log_prob_error == pytest.approx(0.5, rel=1e-4)
     experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version + 1))
     assert experience.log_prob_error is None  # no step ran the version published last
+
+
+def test_a_dynamic_copy_is_measured_at_the_batch_the_actors_run_it_at():
+    """Its activation ranges are its batch's: one observation at a time, as one-env actors run it."""
+    torch.manual_seed(0)
+    pi = GaussianPolicy(CONTINUOUS, (64, 64), log_std_init=-2.0)
+    mu = QuantizedNetwork.from_network(pi, QuantSpec(bits=8, mode="dynamic"))
+    observations = torch.randn(32, 5) * torch.logspace(-1, 1, 32).unsqueeze(1)  # rows of very different scales
+    one_by_one = [policy_divergence(pi, mu, row.unsqueeze(0), CONTINUOUS)["quant/kl"] for row in observations]
+    batched = policy_divergence(pi, mu, observations, CONTINUOUS, batch_size=1)
+    assert batched["quant/kl"] == pytest.approx(sum(one_by_one) / len(one_by_one), rel=1e-4)
+    assert policy_divergence(pi, mu, observations, CONTINUOUS)["quant/kl"] != pytest.approx(batched["quant/kl"])
+
+
+def test_the_check_recomputes_each_step_in_the_batch_the_actors_ran_it_in():
+    """A dynamic copy's log-probs depend on the batch: each step is recomputed with the other
+    envs of its worker at the same time step, as the actors ran it."""
+    torch.manual_seed(0)
+    learner = PPO(CONTINUOUS, hidden=(32, 32), log_std_init=-2.0)
+    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(8, CONTINUOUS.obs_dim))
+    experience = rollout_experience()
+    experience.actor_policy = policy
+    scales = torch.tensor([0.1, 10.0, 1.0, 30.0]).reshape(4, 1, 1)
+    observations = torch.randn(4, 3, CONTINUOUS.obs_dim) * scales  # [envs, T]: very different ranges
+    worker = torch.tensor([0, 0, 1, 1]).unsqueeze(1).expand(4, 3)
+    actions, log_probs = torch.empty(4, 3, 2), torch.empty(4, 3)
+    for t in range(3):
+        for rows in (slice(0, 2), slice(2, 4)):  # each worker steps its two envs together
+            actions[rows, t], log_probs[rows, t] = policy.network.sample_with_log_prob(observations[rows, t])
+    batch = TensorDict({"observation": observations, "action": actions, "log_prob": log_probs, "worker": worker,
+                        "policy_version": torch.zeros(4, 3, dtype=torch.int64),
+                        "next": {"done": torch.zeros(4, 3, 1, dtype=torch.bool), "reward": torch.zeros(4, 3, 1)}},
+                       batch_size=[4, 3])
+    experience.receive(batch)
+    assert experience.log_prob_error < 1e-5
+    network = policy.network  # the same steps recomputed all at once differ
+    together = network.head.log_prob(network.features(observations.reshape(12, -1)), actions.reshape(12, 2))
+    assert (together - log_probs.reshape(12)).abs().max() > 1e-3

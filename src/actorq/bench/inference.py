@@ -1,8 +1,9 @@
 """``python -m actorq.bench inference``: microseconds per actor forward at each precision.
 
 One thread (as in each actor process), policies ``17 -> W -> W -> W -> 6`` with a tanh head,
-fp32 vs bf16 vs int8 static (the default recipe, output layer in fp32) vs int8 static with
-every layer in int8 (``quant.format=int8_static``) vs int8 dynamic, and what
+fp32 vs bf16 vs int8 static (first and last layer in fp32) vs int8 static with every layer in
+int8 (``quant.format=int8_static``) vs int8 dynamic (the default recipe: first and last layer in
+fp32) vs int8 dynamic with every layer in int8 (``quant.format=int8_dynamic``), and what
 ``quant.bits=auto`` picks for that width and batch (measured again here next to the others).
 Ratios are speedups over fp32.
 
@@ -31,7 +32,8 @@ CANDIDATES = {
     "bf16": QuantSpec(bits=16),
     "static": QuantSpec(bits=8, mode="static"),  # the output layer in fp32 (the default recipe)
     "static_all_int8": QuantSpec(bits=8, format="int8_static"),  # the output layer in int8 too
-    "dynamic": QuantSpec(bits=8, mode="dynamic"),
+    "dynamic": QuantSpec(bits=8, mode="dynamic"),  # the output layer in fp32 (the default int8 recipe)
+    "dynamic_all_int8": QuantSpec(bits=8, mode="dynamic", format="int8_dynamic"),
 }
 TARGET_INT8_AT_2048 = 5.0
 TARGET_AUTO = 0.95

@@ -106,7 +106,8 @@ class QuantizeBroadcast(Callback):
             metrics["quant/log_prob_error"] = experience.log_prob_error
         if published.held_out is not None and (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
             started = time.perf_counter()
-            metrics.update(fidelity_metrics(network, published.actor_network, published.held_out, learner.spec))
+            metrics.update(fidelity_metrics(network, published.actor_network, published.held_out, learner.spec,
+                                            experience.actor_batch))
             metrics["quant/fidelity_ms"] = 1000 * (time.perf_counter() - started)
         self.fidelity.add(metrics)
         if learner.logger is not None:  # once per push, at the push's frame count

@@ -116,6 +116,7 @@ class Experience(L.LightningDataModule):
             or in lock-step collection a round of every worker's).
         policy_version: how many times :meth:`publish` pushed new weights (the version the
             actors record with each step, when the learner asks for it).
+        actor_batch: observations each actor's policy runs at once (its envs per worker).
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class Experience(L.LightningDataModule):
         actors = make_actors.keywords
         self.frames_per_batch = batch_frames(actors.get("frames_per_batch", 1), actors.get("num_workers", 1),
                                              actors.get("collection", "async"))
+        self.actor_batch = int(actors.get("envs_per_worker", 1))
         self.policy_version = 0
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
@@ -256,19 +258,28 @@ class Experience(L.LightningDataModule):
     def _check_recorded_log_prob(self, rollout: TensorDictBase) -> float | None:
         """The largest ``|log mu_recorded - log mu|`` over a sample of the steps the actors ran
         with the version published last, ``log mu`` recomputed with the main process's copy of
-        that version: the actors ran what the learner believes they ran when it is float
-        rounding (``None`` when the rollout records no log-prob or no step ran that version)."""
+        that version, each step in the batch the actors ran it in (one worker's envs at one time
+        step: a dynamic int8 copy's ranges are its batch's): the actors ran what the learner
+        believes they ran when it is float rounding (``None`` when the rollout records no
+        log-prob or no step ran that version)."""
         if "log_prob" not in rollout.keys() or self.actor_policy is None:
             return None
-        steps = rollout.reshape(-1)
-        if "policy_version" in steps.keys():
-            steps = steps[steps["policy_version"] == self.policy_version]
-        if not len(steps):
+        rollout = rollout if rollout.ndim == 2 else rollout.unsqueeze(0)  # [rows, T]
+        ran = torch.ones(rollout.shape, dtype=torch.bool)
+        if "policy_version" in rollout.keys():
+            ran = rollout["policy_version"].reshape(rollout.shape) == self.policy_version
+        positions = ran.nonzero()
+        if not len(positions):
             return None
-        steps = steps[torch.randperm(len(steps))[:LOG_PROB_CHECK_STEPS]]
-        network = self.actor_policy.network
-        log_prob = network.head.log_prob(network.features(steps["observation"]), steps["action"])
-        return float((log_prob - steps["log_prob"].reshape(log_prob.shape)).abs().max())
+        worker = rollout["worker"][:, 0] if "worker" in rollout.keys() else torch.zeros(rollout.shape[0])
+        network, errors = self.actor_policy.network, []
+        for row, t in positions[torch.randperm(len(positions))[:LOG_PROB_CHECK_STEPS]].tolist():
+            rows = (worker == worker[row]).nonzero().squeeze(-1)  # the actors' batch of this step
+            step = rollout[rows, t]
+            log_prob = network.head.log_prob(network.features(step["observation"]), step["action"])
+            index = int((rows == row).nonzero())
+            errors.append(float((log_prob[index] - step["log_prob"][index].reshape(())).abs()))
+        return max(errors)
 
     def publish(self, network: nn.Module) -> Published:
         """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,

@@ -69,7 +69,7 @@ def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec) -> float
 
 @torch.no_grad()
 def policy_divergence(reference: nn.Module, candidate: nn.Module, observations: torch.Tensor,
-                      spec) -> dict[str, float]:
+                      spec, batch_size: int | None = None) -> dict[str, float]:
     """How far the actors' copy ``mu`` acts from the learner's policy ``pi`` on ``observations``.
 
     In the policy's own terms, under the documented names:
@@ -89,8 +89,13 @@ def policy_divergence(reference: nn.Module, candidate: nn.Module, observations: 
             :class:`~actorq.quant.network.QuantizedNetwork`).
         observations: ``[N, obs_dim]``, as the env gives them.
         spec: the env spec (``discrete``, ``action_low``, ``action_high``).
+        batch_size: the batch the actors run ``candidate`` at (their envs per worker): it runs
+            in chunks of that size, since a dynamic int8 copy quantizes over its batch's
+            range; ``None``: all at once.
     """
     head = reference.head
+    if batch_size is not None:
+        candidate = _Batched(candidate, batch_size)
     if hasattr(head, "distribution"):
         pi = head.distribution(_features(reference, observations))
         mu = candidate.head.distribution(_features(candidate, observations))
@@ -103,6 +108,20 @@ def policy_divergence(reference: nn.Module, candidate: nn.Module, observations: 
     action_range = torch.tensor(spec.action_high) - torch.tensor(spec.action_low)
     error = ((reference(observations).float() - candidate(observations).float()).abs() / action_range).mean(-1)
     return {"quant/action_error": error.mean().item(), "quant/action_error_max": error.max().item()}
+
+
+class _Batched(nn.Module):
+    """``network`` run on ``batch_size`` observations at a time."""
+
+    def __init__(self, network: nn.Module, batch_size: int):
+        super().__init__()
+        self.network, self.batch_size, self.head = network, batch_size, network.head
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.network(part) for part in observations.split(self.batch_size)])
+
+    def features(self, observations: torch.Tensor) -> torch.Tensor:
+        return torch.cat([_features(self.network, part) for part in observations.split(self.batch_size)])
 
 
 def _features(network: nn.Module, observations: torch.Tensor) -> torch.Tensor:
@@ -120,7 +139,7 @@ def fp32_nbytes(network: nn.Module) -> int:
 
 
 def fidelity_metrics(
-    network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, spec
+    network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, spec, batch_size: int | None = None
 ) -> dict[str, float]:
     """Everything a broadcast logs about its payload, under the ``quant/`` metric names.
 
@@ -129,6 +148,7 @@ def fidelity_metrics(
         quantized: the actors' copy of it.
         observations: held-out observations, not the ones the copy was calibrated on.
         spec: the env spec.
+        batch_size: the batch the actors run ``quantized`` at (see :func:`policy_divergence`).
 
     Returns:
         :func:`policy_divergence`'s terms, ``quant/weight_error``, ``quant/payload_bytes``,
@@ -137,7 +157,7 @@ def fidelity_metrics(
     payload = quantized.payload()
     nbytes, fp32 = payload_nbytes(payload), fp32_nbytes(network)
     return {
-        **policy_divergence(network, quantized, observations, spec),
+        **policy_divergence(network, quantized, observations, spec, batch_size),
         "quant/weight_error": weight_error(network, payload, quantized.quant),
         "quant/payload_bytes": float(nbytes),
         "quant/fp32_bytes": float(fp32),
