@@ -84,3 +84,25 @@ def test_a_checkpoint_without_saved_observations_calibrates_on_random_actions_wi
     with caplog.at_level(logging.WARNING, logger="actorq.export"):
         assert actors_network(fp32_run, learner, make_env("Pendulum-v1", seed=1), bits=None).quant.mode == "dynamic"
     assert not caplog.records
+
+
+def test_a_loaded_quantized_policy_is_the_whole_version_the_actors_last_ran():
+    """``actorq.load(policy="quantized")`` takes the checkpoint's head state and observation
+    statistics with its payload, not the rebuilt learner's."""
+    from actorq.algos.networks import GaussianPolicy
+    from actorq.run.resume import EXPERIENCE_STATE
+    from actorq.tools.agent import saved_actors_network
+
+    spec = EnvSpec(obs_dim=3, discrete=False, action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+    torch.manual_seed(0)
+    trained = GaussianPolicy(spec, (16, 16), log_std_init=-1.5, normalize_observations=True)
+    trained.normalizer.update(5 + 3 * torch.randn(64, 3))
+    quant = QuantSpec(bits=8, mode="dynamic")
+    state = {"quant": dataclasses.asdict(quant), "payload": quantize(trained, quant),
+             "head": trained.head.state_dict(), "normalizer": trained.normalizer.state_dict()}
+    fresh = GaussianPolicy(spec, (16, 16), log_std_init=0.0, normalize_observations=True)  # as load rebuilds it
+    loaded = saved_actors_network({EXPERIENCE_STATE: state}, fresh, "ckpt")
+    assert torch.equal(loaded.built().head.log_std, trained.head.log_std)
+    observations = 5 + 3 * torch.randn(8, 3)
+    expected = QuantizedNetwork.from_network(trained, quant)
+    assert torch.equal(loaded.features(observations), expected.features(observations))

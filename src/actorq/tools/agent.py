@@ -174,14 +174,16 @@ def learner_from_config(config: DictConfig | dict, state_dict: dict, source: Pat
 
 
 def saved_actors_network(checkpoint: dict, network: nn.Module, source: Path | str) -> QuantizedNetwork:
-    """The actors' copy of ``network`` with the payload they last received (checkpoint state)."""
+    """The actors' copy of ``network``: the whole version they last received (checkpoint state:
+    payload, head state and observation statistics; checkpoints that saved the payload alone
+    keep ``network``'s head and statistics)."""
     state = checkpoint.get(EXPERIENCE_STATE, {})
     if "quant" not in state or "payload" not in state:
         raise ConfigError(f"{source}: the checkpoint holds no actors' policy (no quant and payload inside)")
     try:
         quant = QuantSpec(**state["quant"])
         quantized = QuantizedNetwork.template_for(network, payload_format(quant, network, state["payload"]))
-        quantized.load_payload(state["payload"])
+        quantized.load_version(state["payload"], state.get("head"), state.get("normalizer"))
     except (TypeError, ValueError, KeyError, RuntimeError) as error:
         raise ConfigError(f"{source}: the actors' policy in the checkpoint does not load: {_short(error)}") from error
     return quantized.eval()
