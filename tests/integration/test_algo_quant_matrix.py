@@ -45,6 +45,8 @@ EXPECTED = {
     "int4-packed": ("int4 packed per_channel", torch.uint8),
     "auto": (None, torch.int8),  # which int8 recipe wins is the machine's call; int8 it is
 }
+FIDELITY_METRIC = {"dqn": "greedy_agreement", "sac": "kl", "td3": "action_error", "ddpg": "action_error",
+                   "d4pg": "action_error"}
 WIDE_POLICY = {"dqn": "algo.hidden=[2048,2048,2048]", "sac": "algo.actor_hidden=[2048,2048,2048]",
                "td3": "algo.actor_hidden=[2048,2048,2048]"}
 SMALL = ("actors.total_frames=400", "actors.frames_per_batch=100", "actors.init_random_frames=100",
@@ -73,6 +75,9 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
         assert summary["actor_precision"] in ("int8 static per_channel fp32-ends", "int8 dynamic per_channel")
     else:
         assert summary["actor_precision"] == described
+    # Each push measured its copy in the policy's own terms, on held-out replay observations.
+    fidelity = summary["fidelity"]
+    assert fidelity[FIDELITY_METRIC[algo]]["pushes"] == objects["callbacks"]["broadcast"].broadcasts
     # The network the actors were pushed holds its hidden layer in the precision's storage.
     hidden = objects["experience"].actor_policy.network.payload()["l1_weight"]
     assert hidden.dtype == weight_dtype
