@@ -19,7 +19,7 @@ from tests.helpers import Twelve
         (QuantSpec(bits=32), "fp32", "fp32"),
         (QuantSpec(bits=16), "bf16", "bf16"),
         (QuantSpec(bits=8, mode="static"), "int8_static_fp32_ends", "int8 static per_channel fp32-ends"),
-        (QuantSpec(bits=8, format="int8_static"), "int8_static", "int8 static per_channel"),
+        (QuantSpec(bits=8, mode="static", format="int8_static"), "int8_static", "int8 static per_channel"),
         (QuantSpec(bits=8, mode="dynamic", granularity="per_tensor"), "int8_dynamic_fp32_ends",
          "int8 dynamic per_tensor fp32-ends"),
         (QuantSpec(bits=4, mode="dynamic"), "simulated", "4-bit simulated per_channel"),

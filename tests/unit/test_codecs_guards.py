@@ -57,7 +57,7 @@ def norm_trunk() -> nn.Sequential:
     ("spec", "described"),
     [
         (QuantSpec(bits=8, mode="static", engine="onednn"), "int8 static per_channel fp32-ends onednn"),
-        (QuantSpec(bits=8, format="int8_static", engine="onednn"), "int8 static per_channel onednn"),
+        (QuantSpec(bits=8, mode="static", format="int8_static", engine="onednn"), "int8 static per_channel onednn"),
         (QuantSpec(bits=8, mode="dynamic", engine="onednn"), "int8 dynamic per_channel fp32-ends onednn"),
         (QuantSpec(bits=8, format="int8_dynamic", mode="dynamic", engine="onednn"), "int8 dynamic per_channel onednn"),
         (QuantSpec(bits=4, format="int4_packed"), "int4 packed per_channel"),

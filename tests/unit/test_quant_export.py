@@ -25,7 +25,7 @@ def test_a_checkpoint_with_the_previous_all_int8_payload_still_exports(tmp_path)
     actor = DeterministicActor(CONTINUOUS, (64, 64)).eval()
     observations = torch.randn(32, CONTINUOUS.obs_dim)
     configured = QuantSpec(bits=8, mode="static")
-    all_int8 = dataclasses.replace(configured, format="int8_static")
+    all_int8 = dataclasses.replace(configured, format="int8_static")  # configured is static
     checkpoint = {"Experience": {"quant": dataclasses.asdict(configured),
                                  "payload": quantize(actor, all_int8, observations)}}
     network = actors_network(checkpoint, SimpleNamespace(behaviour_network=actor), env=None, bits=None)

@@ -13,7 +13,7 @@ from actorq.algos.networks import DeterministicActor, QNetwork
 from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout, action_agreement, quantize, reference_module
 
 CARTPOLE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
-DEFAULT, ALL_INT8 = QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, format="int8_static")
+DEFAULT, ALL_INT8 = QuantSpec(bits=8, mode="static"), QuantSpec(bits=8, mode="static", format="int8_static")
 
 
 def nearly_tied_q_network() -> QNetwork:

@@ -31,7 +31,7 @@ QUICK_WIDTHS, QUICK_BATCHES = (64, 256), (1, 16)
 CANDIDATES = {
     "bf16": QuantSpec(bits=16),
     "static": QuantSpec(bits=8, mode="static"),  # the output layer in fp32 (the default recipe)
-    "static_all_int8": QuantSpec(bits=8, format="int8_static"),  # the output layer in int8 too
+    "static_all_int8": QuantSpec(bits=8, mode="static", format="int8_static"),  # the output layer in int8 too
     "dynamic": QuantSpec(bits=8, mode="dynamic"),  # the output layer in fp32 (the default int8 recipe)
     "dynamic_all_int8": QuantSpec(bits=8, mode="dynamic", format="int8_dynamic"),
 }

@@ -35,7 +35,7 @@ from actorq.envs import EnvSpec, make_env, rollout_return
 from actorq.quant import QuantizedNetwork, QuantSpec, action_error
 
 RECIPES = {
-    "int8_static": QuantSpec(bits=8, format="int8_static"),  # every layer int8 (the previous default)
+    "int8_static": QuantSpec(bits=8, mode="static", format="int8_static"),  # every layer int8 (the previous default)
     "int8_static_fp32_ends": QuantSpec(bits=8, mode="static"),  # the default: first and last layer fp32
     "int8_dynamic": QuantSpec(bits=8, mode="dynamic"),
 }

@@ -168,7 +168,7 @@ def resolve_precision(
     Example:
         >>> spec, choice = resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
         >>> spec.describe(), choice
-        ('int8 static per_channel fp32-ends', None)
+        ('int8 dynamic per_channel fp32-ends', None)
     """
     if not spec.is_auto:
         return spec, None

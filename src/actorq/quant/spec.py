@@ -41,9 +41,10 @@ class QuantSpec:
             sweeps; ``bits=4, format="int4_packed"``: really packed two codes to a byte) or
             ``"auto"`` (pick the fastest faithful one, see
             :func:`actorq.quant.select_precision`).
-        mode: for ``bits=8``: ``"static"`` (activation ranges calibrated before the push, every
-            layer runs in int8) or ``"dynamic"`` (int8 weights, activations quantized on the fly
-            per batch). ``bits=2..7`` need ``"dynamic"`` (weights only). Ignored for 32/16.
+        mode: for ``bits=8`` (the layers between the first and the last ``Linear`` in int8):
+            ``"dynamic"`` (the default: activations quantized over each forward's own range) or
+            ``"static"`` (activation ranges calibrated before the push, clipped beyond them).
+            ``bits=2..7`` need ``"dynamic"`` (weights only). Ignored for 32/16.
         observer: for ``mode=static``: ``"learned"`` (ranges measured at every broadcast on
             recent observations with the ``calibration`` observer) or ``"fixed"`` (ranges set
             once from ``input_range`` and ``activation_max``; no data needed).
@@ -67,7 +68,7 @@ class QuantSpec:
     """
 
     bits: int | str = 8
-    mode: str = "static"
+    mode: str = "dynamic"
     observer: str = "learned"
     calibration: str = "minmax"
     granularity: str = "per_channel"
