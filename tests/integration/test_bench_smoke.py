@@ -42,7 +42,7 @@ def test_learner_benchmark_refuses_too_few_frames_for_one_batch(capsys):
 def test_learning_benchmark_pairs_fp32_and_int8(tmp_path):
     rows = learning.main(["--quick", "--experiments", "dqn_cartpole", "--out", str(tmp_path / "l.json"),
                           "--runs-dir", str(tmp_path / "runs")])
-    assert [row["actors"] for row in rows] == ["fp32", "int8 static per_channel fp32-ends"]
+    assert [row["actors"] for row in rows] == ["fp32", "int8 dynamic per_channel fp32-ends"]
     assert all(row["frames"] >= 1000 for row in rows)
 
 

@@ -17,7 +17,7 @@ from tests.conftest import TINY
 from tests.integration.test_smoke import run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
-INT8 = "int8 static per_channel fp32-ends"
+INT8 = "int8 dynamic per_channel fp32-ends"
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +95,10 @@ def test_crashed_and_missing_runs_are_reported_not_averaged(sweep, tmp_path):
     report = (copy / "report.md").read_text()
     rows = table_rows(report)
     assert rows["fp32"]["seeds"] == "1 of 2 completed (1 missing/crashed); n=1: not a claim"
-    assert rows["int8 static per_channel fp32-ends"]["seeds"] == "0 of 1 completed (1 missing/crashed); n=0: not a claim"
-    assert rows["int8 static per_channel fp32-ends"]["final return"] == "—"
+    assert rows["int8 dynamic per_channel fp32-ends"]["seeds"] == "0 of 1 completed (1 missing/crashed); n=0: not a claim"
+    assert rows["int8 dynamic per_channel fp32-ends"]["final return"] == "—"
     crashed = report.split("## Missing or crashed runs")[1]
-    assert f"`{int8_run}`: DQN on CartPole-v1, int8 static per_channel fp32-ends, seed 0: crashed (no summary.json)" in crashed
+    assert f"`{int8_run}`: DQN on CartPole-v1, int8 dynamic per_channel fp32-ends, seed 0: crashed (no summary.json)" in crashed
     assert f"`{died}`: DQN on CartPole-v1, fp32, seed 5: crashed (no summary.json)" in crashed
 
 

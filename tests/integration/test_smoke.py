@@ -144,7 +144,7 @@ def test_multirun_sweep_writes_one_run_dir_per_combination(tmp_path):
                      "quant.bits=32,8", f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/summary.json"))]
-    assert [s["actor_precision"] for s in summaries] == ["fp32", "int8 static per_channel fp32-ends"]
+    assert [s["actor_precision"] for s in summaries] == ["fp32", "int8 dynamic per_channel fp32-ends"]
 
 
 def test_a_run_that_blows_up_stops_in_one_line_with_a_failed_summary(tmp_path):
