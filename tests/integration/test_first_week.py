@@ -100,10 +100,10 @@ def test_no_checkpoint_writes_no_checkpoint_of_any_kind(make_cfg, tmp_path):
 
 
 def test_a_sweep_with_a_bad_job_is_refused_before_any_job_trains(tmp_path):
-    result = actorq(tmp_path, "-m", *TINY, *QUIET, "quant.bits=32,7", "hydra.sweep.dir=sweep")
+    result = actorq(tmp_path, "-m", *TINY, *QUIET, "quant.bits=32,12", "hydra.sweep.dir=sweep")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("actorq: error: sweep job 1 ") and "quant.bits=7" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("actorq: error: sweep job 1 ") and "quant.bits=12" in lines[0]
     assert list(tmp_path.iterdir()) == []
 
 
