@@ -25,6 +25,7 @@ def pendulum_policy():
 def test_actors_see_learner_weights_only_when_pushed(quant):
     """The actors run their own copy (fp32 too): an optimizer-like in-place change of the
     learner's weights reaches no worker until a payload is loaded and pushed."""
+    torch.manual_seed(0)  # an initial policy that does not itself sit at the upper bound for a whole batch
     spec = EnvSpec.from_env(make_env("Pendulum-v1"))
     learner = DDPG(spec, Exploration(0.0), actor_hidden=(16,))
     observations = torch.rand(256, 3) * 2 - 1
@@ -45,7 +46,7 @@ def test_actors_see_learner_weights_only_when_pushed(quant):
                 pushed_at = index
             elif changed_at is not None and pushed_at is None:
                 unpushed.append(batch["action"])
-            elif pushed_at is not None and index > pushed_at + 4:  # batches in flight are old
+            elif pushed_at is not None and index > pushed_at + 8:  # batches in flight (more on a busy machine) are old
                 pushed.append(batch["action"])
     finally:
         pool.shutdown()
