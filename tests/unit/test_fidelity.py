@@ -4,6 +4,7 @@ check that the actors recorded the log-probs of the version they were pushed."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from functools import partial
 
@@ -18,6 +19,7 @@ from actorq.data.experience import Experience
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, policy_divergence
 from actorq.run.clock import FrameClock
+from actorq.util.errors import ConfigError
 
 CONTINUOUS = EnvSpec(obs_dim=5, discrete=False, action_dim=2, action_low=(-2.0, -2.0), action_high=(2.0, 2.0))
 DISCRETE = EnvSpec(obs_dim=5, discrete=True, num_actions=3)
@@ -188,3 +190,81 @@ def test_the_check_recomputes_each_step_in_the_batch_the_actors_ran_it_in():
     network = policy.network  # the same steps recomputed all at once differ
     together = network.head.log_prob(network.features(observations.reshape(12, -1)), actions.reshape(12, 2))
     assert (together - log_probs.reshape(12)).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- the divergence budget
+
+
+def budget_experience(quant: QuantSpec, learner) -> Experience:
+    """A rollout-fed experience whose actors' copy is ``learner``'s at ``quant``, with two
+    rollouts received (a calibration set and a held-out one) and a pool that takes pushes."""
+    experience = rollout_experience()
+    experience.actor_policy = actor_policy(learner, quant, torch.randn(8, CONTINUOUS.obs_dim))
+    experience.actors = _Pushes()
+    states = torch.Generator().manual_seed(1)  # the same rollouts for every experience
+    for _ in range(2):
+        experience.receive(rollout(torch.randn(64, CONTINUOUS.obs_dim, generator=states) * 3))
+    return experience
+
+
+class _Pushes:
+    """The pool's push, counted (the workers' side of a push is tested with real workers)."""
+
+    def __init__(self):
+        self.pushes = 0
+
+    def push(self, policy) -> None:
+        self.pushes += 1
+
+
+def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it():
+    torch.manual_seed(0)
+    learner = PPO(CONTINUOUS, hidden=(64, 64), log_std_init=-3.0)  # a narrow policy: int8's KL is large
+    int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
+    measured = budget_experience(int8, learner)
+    kl_int8 = measured._copy_kl(learner.behaviour_network, 0, measured.actor_policy.network.payload(0),
+                                measured.held_out_observations(256))
+    assert kl_int8 > 0
+    fp32_actors = budget_experience(QuantSpec(bits=32), learner).publish(learner.behaviour_network)
+    for max_kl, rung, describe in ((kl_int8 * 2, 0, "int8 dynamic per_channel fp32-ends"),
+                                   (kl_int8 / 2, 1, "bf16"), (1e-30, 2, "fp32")):
+        experience = budget_experience(dataclasses.replace(int8, max_kl=max_kl), learner)
+        published = experience.publish(learner.behaviour_network)
+        network = experience.actor_policy.network
+        assert (published.rung, network.active_quant.describe()) == (rung, describe)
+        assert published.budget_kl == pytest.approx(kl_int8, rel=1e-4)  # the actors' own precision's
+        # what the actors now run is that precision's copy: fp32's is the policy itself
+        observations = torch.randn(16, CONTINUOUS.obs_dim)
+        if rung == 2:
+            assert torch.equal(network(observations), learner.behaviour_network(observations))
+        assert experience.actors.pushes == 1
+    assert (fp32_actors.rung, fp32_actors.budget_kl) == (0, None)  # nothing above fp32: nothing measured
+
+
+def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():
+    torch.manual_seed(0)
+    learner = PPO(CONTINUOUS, hidden=(32,), log_std_init=-3.0)
+    experience = budget_experience(QuantSpec(bits=8, max_kl=None), learner)
+    published = experience.publish(learner.behaviour_network)
+    assert (published.rung, published.budget_kl, experience.actor_policy.network.rungs[1:]) == (0, None, ())
+    deterministic = DeterministicActor(CONTINUOUS, (32,))
+    copy_ = QuantizedNetwork.template_for(deterministic, QuantSpec(bits=8))
+    assert copy_.rungs[1:] == ()  # built without fallbacks: a deterministic actor has no KL to bound
+
+
+def test_a_fallback_version_is_one_whole_version_and_a_later_push_returns_to_int8():
+    torch.manual_seed(0)
+    policy = GaussianPolicy(CONTINUOUS, (32, 32), log_std_init=-1.0)
+    int8 = QuantSpec(bits=8)
+    network = QuantizedNetwork.template_for(policy, int8, int8.fallbacks())
+    fp32 = QuantSpec(bits=32)
+    from actorq.quant import quantize
+    network.load_version(quantize(policy, fp32), policy.head.state_dict(), policy_version=3, rung=1)
+    observations = torch.randn(4, 5)
+    assert torch.equal(network(observations), policy(observations))
+    assert int(network.built().policy_version) == 3 and network.payload()["l0_weight"].dtype == torch.float32
+    network.load_version(quantize(policy, int8), policy_version=4)
+    assert network.active_quant == int8 and network.payload()["l1_weight"].dtype == torch.int8
+    assert not torch.equal(network(observations), policy(observations))
+    with pytest.raises(ConfigError, match="precision 2 of a network with 2"):
+        network.load_version(quantize(policy, fp32), rung=2)

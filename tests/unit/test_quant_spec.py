@@ -44,6 +44,10 @@ def test_valid_specs_build(kwargs):
         ({"activation_max": 0.0}, "quant.activation_max must be positive"),
         ({"calibration_samples": 0}, "quant.calibration_samples must be positive"),
         ({"auto_tolerance": -1.0}, "quant.auto_tolerance must be >= 0"),
+        ({"max_kl": 0.0}, "quant.max_kl must be positive, got 0"),
+        ({"fallback_bits": (32, 16)}, "quant.fallback_bits must rise, each once"),
+        ({"fallback_bits": (32, 32)}, "quant.fallback_bits must rise, each once"),
+        ({"fallback_bits": (4,)}, "quant.fallback_bits takes 8, 16 and 32"),
     ],
 )
 def test_invalid_specs_fail_with_one_clear_line(kwargs, says):
@@ -55,9 +59,9 @@ def test_invalid_specs_fail_with_one_clear_line(kwargs, says):
 
 
 def test_hydra_lists_become_tuples():
-    spec = QuantSpec(input_range=OmegaConf.create([-3, 3]))
-    assert spec.input_range == (-3.0, 3.0)
-    assert hash(spec) == hash(QuantSpec(input_range=(-3.0, 3.0)))
+    spec = QuantSpec(input_range=OmegaConf.create([-3, 3]), fallback_bits=OmegaConf.create([16, 32]))
+    assert spec.input_range == (-3.0, 3.0) and spec.fallback_bits == (16, 32)
+    assert hash(spec) == hash(QuantSpec(input_range=(-3.0, 3.0), fallback_bits=(16, 32)))
 
 
 def test_properties_say_what_a_broadcast_needs():

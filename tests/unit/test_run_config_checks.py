@@ -53,6 +53,7 @@ CASES = [
     ("quant.engine=x86", "quant.engine=x86 needs quant.bits=8 or quant.bits=auto"),
     ("quant.bits=16 quant.engine=x86", "quant.engine=x86 needs quant.bits=8 or quant.bits=auto"),
     ("quant.bits=8 quant.auto_tolerance=0.1", "quant.auto_tolerance=0.1 needs quant.bits=auto"),
+    ("quant.bits=8 quant.max_kl=0.1", "quant.max_kl=0.1 needs a stochastic policy (algo=ppo or algo=sac)"),
     # one spelling for each setting
     ("callbacks.evaluation.every_frames=100", "callbacks.evaluation.every_frames is set with eval.every_frames; "
                                               "say eval.every_frames=100"),

@@ -25,7 +25,7 @@ from torch import nn
 
 from actorq.actors.processes import worker_index
 from actorq.envs import EnvSpec
-from actorq.quant import QuantizedNetwork, QuantSpec
+from actorq.quant import QuantizedNetwork, QuantSpec, has_kl
 
 if TYPE_CHECKING:
     from actorq.algos.base import Learner
@@ -165,6 +165,8 @@ def actor_policy(learner: Learner, quant: QuantSpec, observations: torch.Tensor)
         >>> type(policy.network).__name__, policy.network is not learner.behaviour_network, float(policy.noise_scale)
         ('QuantizedNetwork', True, 0.25)
     """
-    network = QuantizedNetwork.from_network(learner.behaviour_network, quant, observations)
+    behaviour = learner.behaviour_network
+    fallbacks = quant.fallbacks() if has_kl(behaviour) else ()  # the divergence budget's precisions
+    network = QuantizedNetwork.from_network(behaviour, quant, observations, fallbacks)
     return ExplorationPolicy(network, learner.spec, learner.noise_scale, stochastic=learner.stochastic,
                              records=learner.records)

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,8 @@ from actorq.callbacks.schedule import Every
 from actorq.util.finite import check_finite_weights
 from actorq.quant import fidelity_metrics
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from actorq.algos.base import Learner
     from actorq.data.experience import Experience
@@ -43,8 +46,10 @@ class QuantizeBroadcast(Callback):
     Logs ``quant/broadcast_ms``, ``quant/broadcast_bytes`` (the payload that crosses to each
     worker), ``quant/broadcasts``, ``quant/policy_version`` and, on the first push and every
     ``fidelity_every_n_pushes``-th after it, the fidelity metrics of
-    :func:`actorq.quant.fidelity_metrics` (``quant/action_error``, ``quant/weight_error``, ...)
-    on the calibration observations.
+    :func:`actorq.quant.fidelity_metrics` (``quant/kl``, ``quant/action_error``, ...) on
+    held-out recent observations. Where the divergence budget measured a push
+    (``quant.max_kl``), ``quant/fallback`` (1 when it went out at a fallback precision) and
+    ``quant/fallbacks`` (how many did).
 
     Args:
         every_n_steps: learner steps between pushes.
@@ -66,6 +71,7 @@ class QuantizeBroadcast(Callback):
         self.schedule = Every(every_n_steps)
         self.last_step = 0
         self.broadcasts = 0
+        self.fallbacks = 0
         self.fidelity = FidelityTotals()
 
     @property
@@ -102,6 +108,15 @@ class QuantizeBroadcast(Callback):
             "quant/broadcasts": float(self.broadcasts),
             "quant/policy_version": float(published.version),
         }
+        if published.budget_kl is not None or published.rung:  # the divergence budget measured this push
+            self.fallbacks += bool(published.rung)
+            metrics["quant/fallback"] = float(bool(published.rung))
+            metrics["quant/fallbacks"] = float(self.fallbacks)
+            if published.rung and self.fallbacks == 1:
+                log.info("push %d went out at %s: the %s copy's KL %.3g on held-out observations exceeds "
+                         "quant.max_kl=%g (quant/fallbacks counts such pushes)", published.version,
+                         published.actor_network.active_quant.describe(), experience.quant.describe(),
+                         published.budget_kl, experience.quant.max_kl)
         if experience.log_prob_error is not None:  # the rollout the previous version collected
             metrics["quant/log_prob_error"] = experience.log_prob_error
         if published.held_out is not None and (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
@@ -121,12 +136,14 @@ class QuantizeBroadcast(Callback):
 
     @override
     def state_dict(self) -> dict:
-        return {"last_step": self.last_step, "broadcasts": self.broadcasts, "fidelity": self.fidelity.totals}
+        return {"last_step": self.last_step, "broadcasts": self.broadcasts, "fallbacks": self.fallbacks,
+                "fidelity": self.fidelity.totals}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
         self.last_step = state_dict["last_step"]
         self.broadcasts = state_dict["broadcasts"]
+        self.fallbacks = state_dict.get("fallbacks", 0)
         self.fidelity = FidelityTotals(state_dict.get("fidelity", {}))
 
 
@@ -142,7 +159,7 @@ class FidelityTotals:
 
     # metric -> whether a larger value is worse
     TRACKED = {"quant/kl": True, "quant/greedy_agreement": False, "quant/action_error": True,
-               "quant/log_prob_error": True}
+               "quant/log_prob_error": True, "quant/fallback": True}
 
     def __init__(self, totals: dict | None = None):
         self.totals: dict[str, dict[str, float]] = dict(totals or {})

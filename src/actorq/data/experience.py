@@ -51,7 +51,7 @@ from actorq.util.errors import ConfigError
 from actorq.run.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
 from actorq.actors.base import batch_frames
 from actorq.data.replay.base import ReplayBuffer
-from actorq.quant import payload_nbytes, quantize
+from actorq.quant import Payload, QuantizedNetwork, payload_nbytes, policy_divergence, quantize
 from actorq.data.writer import Arrivals, TransitionWriter, ended_episode_returns
 from actorq.data.replay.factory import transition_template
 
@@ -167,6 +167,7 @@ class Experience(L.LightningDataModule):
         self._previous_rollout: TensorDictBase | None = None
         self.log_prob_error: float | None = None
         self._resumed_observations: torch.Tensor | None = None
+        self._probes: dict[int, QuantizedNetwork] = {}  # precision -> the budget's private copy
 
     @property
     def quant(self) -> QuantSpec | None:
@@ -289,19 +290,51 @@ class Experience(L.LightningDataModule):
         The payload is loaded into the actors' policy in place (its buffers are what the push
         copies to the workers); the head's own state (a learned log-std) and the observation
         normalizer's statistics go with it.
+
+        With a divergence budget (``quant.max_kl``, a stochastic policy) the copy's KL is
+        measured on the held-out observations first, and a copy over the budget goes out at
+        the first fallback precision that meets it (:meth:`_within_budget`).
         """
         observations = self.calibration_observations(self.quant.calibration_samples)
         held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
-        payload = quantize(network, self.quant, observations)
+        rung, payload, kl = self._within_budget(network, observations, held_out)
         actor_network = self.actor_policy.network
         self.policy_version += 1
-        actor_network.load_version(payload, network.head.state_dict(),
-                                   network.normalizer.state_dict() if actor_network.normalizer is not None else None,
-                                   policy_version=self.policy_version)
+        actor_network.load_version(payload, network.head.state_dict(), _normalizer_state(network, actor_network),
+                                   policy_version=self.policy_version, rung=rung)
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
-        return Published(self.policy_version, payload_nbytes(payload), actor_network, observations, held_out)
+        return Published(self.policy_version, payload_nbytes(payload), actor_network, observations, held_out,
+                         rung, kl)
+
+    def _within_budget(self, network: nn.Module, observations: torch.Tensor, held_out: torch.Tensor | None
+                       ) -> tuple[int, Payload, float | None]:
+        """The precision a push goes out at (an index into the actors' network's ``rungs``),
+        its payload, and the KL measured of the actors' own precision (``None`` if it was not):
+        the actors' precision unless its copy's ``KL(mu || pi)`` on ``held_out`` exceeds
+        ``quant.max_kl``, else the first fallback that meets it, or the last. Without fallbacks
+        (no budget, a policy without a KL) or held-out observations nothing is measured."""
+        rungs = self.actor_policy.network.rungs
+        first_kl = None
+        for rung, spec in enumerate(rungs):
+            payload = quantize(network, spec, observations)
+            if rung == len(rungs) - 1 or held_out is None:
+                return rung, payload, first_kl
+            kl = self._copy_kl(network, rung, payload, held_out)
+            first_kl = kl if first_kl is None else first_kl
+            if kl <= self.quant.max_kl:
+                return rung, payload, first_kl
+        raise AssertionError("unreachable: the last precision is always returned")
+
+    def _copy_kl(self, network: nn.Module, rung: int, payload: Payload, held_out: torch.Tensor) -> float:
+        """``KL(mu || pi)`` of ``network``'s copy at precision ``rung`` on ``held_out``, run at
+        the actors' batch, measured on a private copy the actors never read."""
+        probe = self._probes.get(rung)
+        if probe is None:
+            probe = self._probes[rung] = QuantizedNetwork.template_for(network, self.actor_policy.network.rungs[rung])
+        probe.load_version(payload, network.head.state_dict(), _normalizer_state(network, probe))
+        return policy_divergence(network, probe, held_out, None, self.actor_batch)["quant/kl"]
 
     def _refresh_noise_scale(self) -> None:
         self.actor_policy.noise_scale.fill_(self.clock.noise_scale)
@@ -347,6 +380,7 @@ class Experience(L.LightningDataModule):
         if self.actor_policy is not None:
             network = self.actor_policy.network
             state["payload"] = {k: v.clone() for k, v in network.payload().items()}
+            state["rung"] = int(network.rung)
             state["head"] = _cloned_state(network.head)
             if network.normalizer is not None:
                 state["normalizer"] = _cloned_state(network.normalizer)
@@ -365,8 +399,15 @@ class Experience(L.LightningDataModule):
         if self.actor_policy is not None and "payload" in state_dict:
             # The actors restart with the checkpoint's whole version, not the fresh learner's
             # head and statistics (checkpoints written before they were saved hold none).
+            rungs = self.actor_policy.network.rungs
+            if state_dict.get("rung", 0) >= len(rungs):
+                raise ConfigError(
+                    f"the checkpoint's actors last ran a fallback precision of quant.max_kl (number "
+                    f"{state_dict['rung']}), which this run's quant ({', '.join(r.describe() for r in rungs)}) does "
+                    "not have: resume with the checkpoint's quant.max_kl and quant.fallback_bits")
             self.actor_policy.network.load_version(state_dict["payload"], state_dict.get("head"),
-                                                   state_dict.get("normalizer"), policy_version=self.policy_version)
+                                                   state_dict.get("normalizer"), policy_version=self.policy_version,
+                                                   rung=state_dict.get("rung", 0))
         if self.actor_policy is not None:
             self.actor_policy.policy_version.fill_(self.policy_version)
         self._resumed_observations = state_dict.get(CALIBRATION_OBSERVATIONS)
@@ -405,6 +446,10 @@ class Published:
         observations: the observations the encoding was calibrated on.
         held_out: recent observations it was not calibrated on (``None`` at a rollout-fed
             run's first push), where its fidelity is measured.
+        rung: the precision it went out at, an index into ``actor_network.rungs`` (0: the
+            actors' own; more: a fallback of the divergence budget).
+        budget_kl: the KL of the copy at the actors' own precision, where the budget measured
+            it (``None`` where it did not).
     """
 
     version: int
@@ -412,6 +457,14 @@ class Published:
     actor_network: nn.Module
     observations: torch.Tensor
     held_out: torch.Tensor | None = None
+    rung: int = 0
+    budget_kl: float | None = None
+
+
+def _normalizer_state(network: nn.Module, copy: QuantizedNetwork) -> dict[str, torch.Tensor] | None:
+    """The observation statistics of the learner's ``network`` for its ``copy`` (``None``
+    when the copy normalizes nothing)."""
+    return network.normalizer.state_dict() if copy.normalizer is not None else None
 
 
 def _flat_observations(batch: TensorDictBase) -> torch.Tensor:

@@ -28,6 +28,7 @@ from actorq.quant.fidelity import (
     action_error,
     fidelity_metrics,
     fp32_nbytes,
+    has_kl,
     policy_divergence,
     weight_error,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "codec_for",
     "fidelity_metrics",
     "fp32_nbytes",
+    "has_kl",
     "payload_nbytes",
     "policy_divergence",
     "quantize",

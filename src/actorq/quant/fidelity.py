@@ -67,6 +67,13 @@ def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec) -> float
     return float(torch.sqrt(error / norm))
 
 
+def has_kl(network: nn.Module) -> bool:
+    """Whether ``network`` is a stochastic policy whose divergence is a KL (its head gives
+    the action distribution): what :func:`policy_divergence` measures and ``quant.max_kl``
+    bounds."""
+    return hasattr(network.head, "distribution")
+
+
 @torch.no_grad()
 def policy_divergence(reference: nn.Module, candidate: nn.Module, observations: torch.Tensor,
                       spec, batch_size: int | None = None) -> dict[str, float]:
@@ -93,11 +100,10 @@ def policy_divergence(reference: nn.Module, candidate: nn.Module, observations: 
             in chunks of that size, since a dynamic int8 copy quantizes over its batch's
             range; ``None``: all at once.
     """
-    head = reference.head
     if batch_size is not None:
         candidate = _Batched(candidate, batch_size)
-    if hasattr(head, "distribution"):
-        pi = head.distribution(_features(reference, observations))
+    if has_kl(reference):
+        pi = reference.head.distribution(_features(reference, observations))
         mu = candidate.head.distribution(_features(candidate, observations))
         kl = torch.distributions.kl_divergence(mu, pi)
         if kl.dim() > 1:  # a diagonal Gaussian: independent dimensions
@@ -158,7 +164,7 @@ def fidelity_metrics(
     nbytes, fp32 = payload_nbytes(payload), fp32_nbytes(network)
     return {
         **policy_divergence(network, quantized, observations, spec, batch_size),
-        "quant/weight_error": weight_error(network, payload, quantized.quant),
+        "quant/weight_error": weight_error(network, payload, quantized.active_quant),
         "quant/payload_bytes": float(nbytes),
         "quant/fp32_bytes": float(fp32),
         "quant/compression": nbytes / fp32,

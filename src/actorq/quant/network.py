@@ -77,9 +77,13 @@ class QuantizedNetwork(nn.Module):
             ``Linear``.
         normalizer: the fp32 observation normalizer the policy applies before its trunk
             (its statistics are buffers, pushed with the payload); none if ``None``.
+        fallbacks: precisions a version may be loaded at instead of ``quant``
+            (:meth:`QuantSpec.fallbacks`, for the divergence budget): each has buffers of
+            its own, and ``rung`` says which one the loaded version is in.
 
     Attributes:
         version: int64 buffer, bumped by :meth:`load_version`; workers rebuild when it changes.
+        rung: int64 buffer: the precision of the loaded version, an index into :attr:`rungs`.
         head: the head holding the state of the version loaded last (what weight sync copies);
             a forward runs the copy built with the trunk (:class:`BuiltVersion`).
         normalizer: likewise, the observation normalizer (``None`` without one).
@@ -92,46 +96,61 @@ class QuantizedNetwork(nn.Module):
         head: nn.Module | None = None,
         layer_norm: bool = False,
         normalizer: nn.Module | None = None,
+        fallbacks: Sequence[QuantSpec] = (),
     ):
         super().__init__()
         self.register_module("normalizer", normalizer)
         self.layout = sizes if isinstance(sizes, TrunkLayout) else TrunkLayout(tuple(sizes), layer_norm)
         self.quant = quant
         self.codec = quant.codec  # raises for an unresolved bits=auto
-        self.codec.check_layout(self.layout)
+        self.rungs = (quant, *fallbacks)
+        for rung in self.rungs:
+            rung.codec.check_layout(self.layout)
         self.head = head if head is not None else nn.Identity()
         # A sequence lock around the whole version (payload, head, normalizer): load_version
         # writes version_begin, then the rest, then version. A reader that reads version
         # before its snapshot and the same value in version_begin after it knows no load
         # touched the version in between (see _build).
         self.register_buffer("version_begin", torch.zeros((), dtype=torch.int64))
-        for name, (shape, dtype) in self.codec.payload_spec(self.layout, quant).items():
-            self.register_buffer(name, _placeholder(name, shape, dtype))
+        for rung, spec in enumerate(self.rungs):
+            for name, (shape, dtype) in spec.codec.payload_spec(self.layout, spec).items():
+                self.register_buffer(_buffer_name(rung, name), _placeholder(name, shape, dtype))
+        self.register_buffer("rung", torch.zeros((), dtype=torch.int64))
         self.register_buffer("policy_version", torch.zeros((), dtype=torch.int64))
         self.register_buffer("version", torch.zeros((), dtype=torch.int64))
         self._forget_trunk()
 
     @classmethod
-    def template_for(cls, network: nn.Module, quant: QuantSpec) -> QuantizedNetwork:
+    def template_for(cls, network: nn.Module, quant: QuantSpec,
+                     fallbacks: Sequence[QuantSpec] = ()) -> QuantizedNetwork:
         """A template shaped like an fp32 policy (``trunk`` + ``head``, head and observation
         normalizer copied), with an all-zero payload. Works for any head, e.g. SAC's squashed
         Gaussian."""
         normalizer = input_normalizer(network)
         return cls(TrunkLayout.from_trunk(network.trunk), quant, head=copy.deepcopy(network.head),
-                   normalizer=copy.deepcopy(normalizer) if normalizer is not None else None)
+                   normalizer=copy.deepcopy(normalizer) if normalizer is not None else None, fallbacks=fallbacks)
 
     @classmethod
     def from_network(
-        cls, network: nn.Module, quant: QuantSpec, calibration: torch.Tensor | None = None
+        cls, network: nn.Module, quant: QuantSpec, calibration: torch.Tensor | None = None,
+        fallbacks: Sequence[QuantSpec] = (),
     ) -> QuantizedNetwork:
         """Quantizes an fp32 policy (``trunk`` + ``head``) into a new network (head copied)."""
-        quantized = cls.template_for(network, quant)
+        quantized = cls.template_for(network, quant, fallbacks)
         quantized.load_payload(quantize(network, quant, calibration))
         return quantized
 
-    def payload(self) -> Payload:
-        """The current payload (the buffers themselves, not copies)."""
-        return {name: getattr(self, name) for name in self.codec.payload_spec(self.layout, self.quant)}
+    @property
+    def active_quant(self) -> QuantSpec:
+        """The precision of the version loaded last: ``quant``, or the fallback it went out at."""
+        return self.rungs[int(self.rung)]
+
+    def payload(self, rung: int | None = None) -> Payload:
+        """The payload of the version loaded last, or of precision ``rung`` (the buffers
+        themselves, not copies), under the codec's names."""
+        rung = int(self.rung) if rung is None else rung
+        spec = self.rungs[rung]
+        return {name: getattr(self, _buffer_name(rung, name)) for name in spec.codec.payload_spec(self.layout, spec)}
 
     def load_payload(self, payload: Payload) -> None:
         """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``,
@@ -145,6 +164,7 @@ class QuantizedNetwork(nn.Module):
         head_state: Mapping[str, torch.Tensor] | None = None,
         normalizer_state: Mapping[str, torch.Tensor] | None = None,
         policy_version: int | None = None,
+        rung: int = 0,
     ) -> None:
         """Loads a whole policy version in place and bumps ``version``: the payload, the
         head's own state and the observation normalizer's statistics.
@@ -164,11 +184,16 @@ class QuantizedNetwork(nn.Module):
                 the current statistics.
             policy_version: the published version number the actors record with each step
                 (:meth:`sample_with_log_prob_and_version`); ``None`` keeps the current one.
+            rung: the precision ``payload`` is at, an index into :attr:`rungs` (0: ``quant``).
 
         Raises:
             ConfigError: a part does not fit this network (nothing is written then).
         """
-        writes = list(self._payload_writes(payload))
+        if not 0 <= rung < len(self.rungs):
+            raise ConfigError(f"precision {rung} of a network with {len(self.rungs)}: "
+                              f"{', '.join(spec.describe() for spec in self.rungs)}")
+        writes = list(self._payload_writes(payload, rung))
+        writes.append((self.rung, torch.tensor(rung)))
         if head_state is not None:
             writes += _state_writes(self.head, head_state, "head")
         if normalizer_state is not None:
@@ -184,13 +209,14 @@ class QuantizedNetwork(nn.Module):
                 target.copy_(value)
             self.version.fill_(version)
 
-    def _payload_writes(self, payload: Payload) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _payload_writes(self, payload: Payload, rung: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(buffer, new value)`` for every payload tensor, checked against the codec's spec."""
-        expected = self.codec.payload_spec(self.layout, self.quant)
+        spec = self.rungs[rung]
+        expected = spec.codec.payload_spec(self.layout, spec)
         if set(payload) != set(expected):
             missing, extra = sorted(set(expected) - set(payload)), sorted(set(payload) - set(expected))
             raise ConfigError(
-                f"payload does not fit this {self.quant.describe()} network: "
+                f"payload does not fit this {spec.describe()} network: "
                 f"missing {missing}, unexpected {extra}"
             )
         for name, (shape, dtype) in expected.items():
@@ -200,7 +226,7 @@ class QuantizedNetwork(nn.Module):
                     f"payload tensor {name} is {value.dtype}{list(value.shape)}, "
                     f"expected {dtype}{list(shape)}"
                 )
-        return [(getattr(self, name), payload[name]) for name in expected]
+        return [(getattr(self, _buffer_name(rung, name)), payload[name]) for name in expected]
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         built = self.built()
@@ -255,17 +281,19 @@ class QuantizedNetwork(nn.Module):
     def _build(self) -> BuiltVersion:
         for attempt in itertools.count():  # retry while a load is (or was) rewriting the version
             version = int(self.version)
+            rung = int(self.rung)
             # A snapshot, not the live tensors: built modules may keep references to the
             # tensors they are given (fbgemm keeps the bias), and the next load rewrites
             # them in place before it bumps ``version``.
-            snapshot = {name: tensor.clone() for name, tensor in self.payload().items()}
+            snapshot = {name: tensor.clone() for name, tensor in self.payload(rung).items()}
             head, normalizer = _frozen_copy(self.head), _frozen_copy(self._modules["normalizer"])
             policy_version = self.policy_version.clone()
             if int(self.version_begin) == version:
                 break
             if attempt >= 3:
                 time.sleep(0.0005)  # a load is under way: let the writer finish
-        trunk = self.codec.decode(self.layout, self.quant, snapshot)
+        spec = self.rungs[rung]
+        trunk = spec.codec.decode(self.layout, spec, snapshot)
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
         # sync anyway, and the synced structure must not depend on what was built. One
         # assignment, so a reader sees the old version or the new one, whole.
@@ -343,6 +371,11 @@ def _direct_call(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 _linear = torch._C._nn.linear  # what F.linear calls, without its torch-function check
+
+
+def _buffer_name(rung: int, name: str) -> str:
+    """The buffer holding payload tensor ``name`` of precision ``rung`` (its own name at 0)."""
+    return name if rung == 0 else f"fallback{rung}_{name}"
 
 
 def _placeholder(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -65,6 +65,14 @@ class QuantSpec:
             them); ``None``: torch's default (``x86`` on x86-64). Which is fastest depends on
             the CPU and the batch (``onednn`` uses AMX int8 units where the CPU has them);
             ``bits=auto`` measures it.
+        max_kl: the divergence budget of a stochastic policy's copy: a push whose measured
+            ``KL(mu || pi)`` (the mean over held-out recent observations,
+            :func:`actorq.quant.policy_divergence`) exceeds it goes out at the first of
+            ``fallback_bits`` that meets it (the last if none does), counted in
+            ``quant/fallbacks``; ``None``: no budget. Policies without a KL (Q-networks,
+            deterministic actors) are not bounded by it.
+        fallback_bits: the precisions a push over ``max_kl`` tries, in order; those not above
+            ``bits`` are skipped (an fp32 copy is the policy itself).
     """
 
     bits: int | str = 8
@@ -78,10 +86,13 @@ class QuantSpec:
     auto_tolerance: float = 0.05
     format: str | None = None
     engine: str | None = None
+    max_kl: float | None = 0.01
+    fallback_bits: tuple[int, ...] = (32,)
 
     def __post_init__(self) -> None:
         # Hydra hands over lists as ListConfig; keep the dataclass hashable and picklable.
         object.__setattr__(self, "input_range", _pair(self.input_range))
+        object.__setattr__(self, "fallback_bits", _fallback_bits(self.fallback_bits))
         if self.bits == AUTO and self.format is not None:
             raise ConfigError(f"quant.bits=auto picks a format itself; drop quant.format={self.format}")
         if self.bits != AUTO and self.format is None:
@@ -103,6 +114,8 @@ class QuantSpec:
         _check_positive("calibration_samples", self.calibration_samples)
         if self.auto_tolerance < 0:
             raise ConfigError(f"quant.auto_tolerance must be >= 0, got {self.auto_tolerance}")
+        if self.max_kl is not None:
+            _check_positive("max_kl", self.max_kl)
 
     @property
     def is_auto(self) -> bool:
@@ -138,6 +151,19 @@ class QuantSpec:
             return "auto"
         return self.codec.describe(self)
 
+    def fallbacks(self) -> tuple[QuantSpec, ...]:
+        """The specs a push over ``max_kl`` falls back to, in order: each of ``fallback_bits``
+        above ``bits`` (none without a budget, or for an unresolved ``bits=auto``).
+
+        >>> [spec.describe() for spec in QuantSpec(bits=8, fallback_bits=(16, 32)).fallbacks()]
+        ['bf16', 'fp32']
+        >>> QuantSpec(bits=32).fallbacks(), QuantSpec(bits=8, max_kl=None).fallbacks()
+        ((), ())
+        """
+        if self.max_kl is None or self.is_auto:
+            return ()
+        return tuple(self.with_bits(bits) for bits in self.fallback_bits if bits > self.bits)
+
     def with_bits(self, bits: int | str, mode: str | None = None) -> QuantSpec:
         """A copy with other ``bits`` and no ``format``, everything else unchanged; ``mode``
         by default this spec's if the codec serving ``bits`` runs it, else one it runs."""
@@ -149,6 +175,16 @@ def _pair(values: Sequence[float]) -> tuple[float, float]:
     if len(pair) != 2:
         raise ConfigError(f"quant.input_range must be [low, high], got {list(values)}")
     return pair  # type: ignore[return-value]
+
+
+def _fallback_bits(values: Sequence[int]) -> tuple[int, ...]:
+    bits = tuple(int(b) for b in values)
+    for b in bits:
+        if b not in (8, 16, 32):
+            raise ConfigError(f"quant.fallback_bits takes 8, 16 and 32 (int8, bf16, fp32), got {list(values)}")
+    if list(bits) != sorted(set(bits)):
+        raise ConfigError(f"quant.fallback_bits must rise, each once, got {list(values)}")
+    return bits
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

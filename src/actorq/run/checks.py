@@ -185,7 +185,12 @@ READ_ONLY_WITH = (
     ReadOnlyWith(("quant.auto_tolerance",), "quant.bits=auto", lambda cfg: _select(cfg, "quant.bits") == AUTO),
     ReadOnlyWith(("quant.engine",), "quant.bits=8 or quant.bits=auto",
                  lambda cfg: _select(cfg, "quant.bits") in (8, AUTO) or _select(cfg, "quant.format") is not None),
+    # The budget bounds a KL: the built-in learners without one are named (one's own may have one).
+    ReadOnlyWith(("quant.max_kl", "quant.fallback_bits"), "a stochastic policy (algo=ppo or algo=sac)",
+                 lambda cfg: _select(cfg, "algo._target_") not in WITHOUT_KL),
 )
+WITHOUT_KL = tuple(f"actorq.algos.{module}.{name}" for module, name in
+                   (("dqn", "DQN"), ("ddpg", "DDPG"), ("td3", "TD3"), ("d4pg", "D4PG")))
 
 
 def check_read_keys(cfg: DictConfig) -> None:

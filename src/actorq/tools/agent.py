@@ -182,9 +182,11 @@ def saved_actors_network(checkpoint: dict, network: nn.Module, source: Path | st
         raise ConfigError(f"{source}: the checkpoint holds no actors' policy (no quant and payload inside)")
     try:
         quant = QuantSpec(**state["quant"])
+        if state.get("rung", 0):  # the last push went out at a fallback precision of quant.max_kl
+            quant = quant.fallbacks()[state["rung"] - 1]
         quantized = QuantizedNetwork.template_for(network, payload_format(quant, network, state["payload"]))
         quantized.load_version(state["payload"], state.get("head"), state.get("normalizer"))
-    except (TypeError, ValueError, KeyError, RuntimeError) as error:
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError) as error:
         raise ConfigError(f"{source}: the actors' policy in the checkpoint does not load: {_short(error)}") from error
     return quantized.eval()
 
