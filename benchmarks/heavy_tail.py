@@ -8,8 +8,12 @@ asynchronously wait only for their own env. Every implementation runs PPO with t
 ``ppo_cartpole`` experiment's hyperparameters (RL Zoo's), the same number of envs, the same
 frames, the same updates per frame (20 epochs of 256-step minibatches per 512 frames):
 
-- ``actorq-async``: ``actors.collection=async``, one env per worker, 512-step rollouts per
-  worker (V-trace and the decoupled correction, ``docs/algorithms/ppo.md``);
+- ``actorq-async-gather``: ``actors.collection=async actors.gather=ENVS``, one env per worker,
+  32-step rollouts per worker, the first of every worker's taken as one batch (the lock-step
+  round's shape, without waiting for the slowest worker or for the learner);
+- ``actorq-async``: ``actors.collection=async``, one env per worker, ``32 x ENVS``-step
+  rollouts per worker, each a batch (V-trace and the decoupled correction,
+  ``docs/algorithms/ppo.md``);
 - ``actorq-lockstep``: rounds of 32 steps of every worker's env (512 frames);
 - ``sb3-subproc``: ``PPO(n_steps=32)`` on ``SubprocVecEnv`` of the envs (one process each).
 
@@ -40,18 +44,19 @@ from actorq.util.atomic import write_text_atomically
 from benchmarks.results_machine import machine
 
 ENV = "heavy-tail-cartpole"
-IMPLEMENTATIONS = ("actorq-async", "actorq-lockstep", "sb3-subproc")
+IMPLEMENTATIONS = ("actorq-async-gather", "actorq-async", "actorq-lockstep", "sb3-subproc")
 STEPS_PER_ENV = 32  # ppo_cartpole's rollout per env (RL Zoo's n_steps)
 LAST_FRACTION = 0.1
 
 
 def ours(impl: str, envs: int, frames: int, seed: int, bits: int, run_dir: Path) -> dict:
     """One ``python -m actorq`` run; frames/s and the late training episodes' mean return."""
-    asynchronous = impl == "actorq-async"
+    asynchronous, gather = impl.startswith("actorq-async"), impl == "actorq-async-gather"
+    steps = envs * STEPS_PER_ENV if asynchronous and not gather else STEPS_PER_ENV
     overrides = [
         "+experiment=ppo_cartpole", f"env.name={ENV}", "env.library=heavy_tail", "env.module=[actorq.bench.heavy_tail]",
         f"actors.collection={'async' if asynchronous else 'lockstep'}", f"actors.num_workers={envs}",
-        "actors.envs_per_worker=1", f"actors.frames_per_batch={envs * STEPS_PER_ENV if asynchronous else STEPS_PER_ENV}",
+        "actors.envs_per_worker=1", f"actors.frames_per_batch={steps}", f"actors.gather={envs if gather else 1}",
         f"actors.total_frames={frames}", f"seed={seed}", f"quant.bits={bits}", "~callbacks.evaluation",
         "~callbacks.carbon", "callbacks=no_checkpoint", "trainer.enable_progress_bar=false", f"run_dir={run_dir}",
     ]

@@ -268,3 +268,26 @@ def test_a_fallback_version_is_one_whole_version_and_a_later_push_returns_to_int
     assert not torch.equal(network(observations), policy(observations))
     with pytest.raises(ConfigError, match="precision 2 of a network with 2"):
         network.load_version(quantize(policy, fp32), rung=2)
+
+
+def test_the_check_tells_apart_two_batches_of_one_worker_in_a_gathered_round():
+    """A worker's two batches in one gathered round ran one at a time: recomputed together
+    (one batch of two rows) a dynamic copy's log-probs would differ."""
+    torch.manual_seed(0)
+    learner = PPO(CONTINUOUS, hidden=(32, 32), log_std_init=-2.0)
+    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(8, CONTINUOUS.obs_dim))
+    experience = rollout_experience()
+    experience.actor_policy = policy
+    observations = torch.randn(2, 3, CONTINUOUS.obs_dim) * torch.tensor([0.1, 30.0]).reshape(2, 1, 1)
+    actions, log_probs = torch.empty(2, 3, 2), torch.empty(2, 3)
+    for row in range(2):
+        for t in range(3):  # each batch's one env, one step at a time
+            action, log_prob = policy.network.sample_with_log_prob(observations[row, t].unsqueeze(0))
+            actions[row, t], log_probs[row, t] = action[0], log_prob[0]
+    fields = {"observation": observations, "action": actions, "log_prob": log_probs,
+              "worker": torch.zeros(2, 3, dtype=torch.int64), "policy_version": torch.zeros(2, 3, dtype=torch.int64),
+              "next": {"done": torch.zeros(2, 3, 1, dtype=torch.bool), "reward": torch.zeros(2, 3, 1)}}
+    experience.receive(TensorDict({**fields, "segment": torch.tensor([[0] * 3, [1] * 3])}, batch_size=[2, 3]))
+    assert experience.log_prob_error < 1e-5
+    experience.receive(TensorDict(fields, batch_size=[2, 3]))  # without segments: one batch of two
+    assert experience.log_prob_error > 1e-3

@@ -9,7 +9,8 @@ import torch
 from tensordict import TensorDict
 
 from actorq.actors.policy import ExplorationPolicy, actor_policy
-from actorq.actors.pool import merge_round, set_worker_index
+from actorq.actors.base import gather_rounds, merge_rows
+from actorq.actors.pool import set_worker_index
 from actorq.algos.base import Exploration
 from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights, vtrace
 from actorq.algos.networks import CategoricalPolicy
@@ -181,8 +182,20 @@ def test_a_lock_step_rollout_of_a_policy_the_learner_left_behind_is_refused():
 
 def test_a_round_of_workers_is_one_batch_of_all_their_envs():
     one_env, three_envs = rollout((), 5, 0), rollout((3,), 5, 0)
-    assert merge_round([one_env]).shape == (1, 5)
-    assert merge_round([three_envs, one_env]).shape == (4, 5)
+    assert merge_rows([one_env]).shape == (1, 5)
+    assert merge_rows([three_envs, one_env]).shape == (4, 5)
+
+
+def test_gathered_rounds_merge_batches_as_they_arrive_and_number_a_workers_batches():
+    def batch(worker: int, envs: int = 1) -> TensorDict:
+        return TensorDict({"worker": torch.full((envs, 2), worker)}, batch_size=[envs, 2])
+
+    arrivals = [batch(0), batch(2, envs=2), batch(0), batch(1), batch(0), batch(1), batch(2, envs=2)]
+    rounds = list(gather_rounds(iter(arrivals), 3))
+    rows = [list(zip(r["worker"][:, 0].tolist(), r["segment"][:, 0].tolist(), strict=True)) for r in rounds]
+    # worker 2's two envs are two rows; worker 0's second batch in a round is its segment 1
+    assert rows == [[(0, 0), (2, 0), (2, 0), (0, 1)], [(1, 0), (0, 0), (1, 1)], [(2, 0), (2, 0)]]
+    assert all(r["segment"].shape == r.shape for r in rounds)
 
 
 @pytest.mark.parametrize(("setting", "message"), [

@@ -321,6 +321,23 @@ def test_a_lock_step_round_and_a_later_batch_of_one_worker_find_each_env_by_work
     assert {worker: at.tolist() for worker, at in rows.items()} == {0: [1], 1: [0, 2, 3]}
 
 
+def test_a_gathered_round_with_two_batches_of_one_worker_goes_on_from_the_first_in_the_second():
+    """Rows: worker 0's first batch, worker 1's, worker 0's second (segment 1), rewards 1, gamma
+    1, two steps each: worker 0's second batch goes on from its first (returns 3 and 4), as if
+    the two had come one round after the other; then a batch of worker 0 goes on from that (5)."""
+    gathered, in_turn = RewardScaler(gamma=1.0), RewardScaler(gamma=1.0)
+    no = torch.zeros(3, 2, dtype=torch.bool)
+    gathered(torch.ones(3, 2), no, worker=torch.tensor([0, 1, 0]), segment=torch.tensor([0, 0, 1]))
+    in_turn(torch.ones(2, 2), no[:2], worker=torch.tensor([0, 1]))
+    in_turn(torch.ones(1, 2), no[:1], worker=torch.tensor([0]))
+    returns = [1.0, 2.0, 1.0, 2.0, 3.0, 4.0]
+    for scaler in (gathered, in_turn):
+        assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
+        assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+    gathered(torch.ones(1, 1), no[:1, :1], worker=torch.tensor([0]))
+    assert float(gathered.mean) == pytest.approx(float(np.mean(returns + [5.0])))
+
+
 def test_the_reward_scalers_statistics_hold_what_float32_would_lose_and_a_zero_std_scales_by_eps():
     """A first rollout whose returns are all 1 (std 0) divides by sqrt(eps) = 1e-4 and clips
     at the default 10; returns 1e8 and 1e8 + 1 (equal in float32) have variance 0.25; the

@@ -15,14 +15,19 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
+
+import torch
+from tensordict import TensorDictBase
 
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.envs import EnvBase, SerialEnv
 
 from actorq.envs import OBSERVATION, import_suites, make_env
+from actorq.util.errors import ConfigError
 from actorq.envs import make_batched_env
 
 COLLECTIONS = ("async", "lockstep")
@@ -107,7 +112,10 @@ class ActorSpec:
         waiting_batches: in asynchronous collection, how many batches the workers handed over
             may wait for the learner before a worker waits too (``None``: one per worker).
             Every waiting batch is one more policy version a later batch may lag the learner
-            by; an on-policy learner's pipeline asks for 1.
+            by; an on-policy learner's pipeline asks for ``gather``.
+        gather: in asynchronous collection, how many workers' batches make one batch for the
+            learner, taken as they arrive and merged as a lock-step round is
+            (:func:`gather_rounds`). 1: each worker's batch as it arrives.
 
     Example:
         >>> spec = ActorSpec("CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=1_000,
@@ -131,17 +139,24 @@ class ActorSpec:
     env_modules: tuple[str, ...] = ()
     collection: str = "async"
     waiting_batches: int | None = None
+    gather: int = 1
 
     def __post_init__(self):
         check_frames_done(self.frames_done, self.total_frames)
         if self.collection not in COLLECTIONS:
             raise ValueError(f"collection must be one of {list(COLLECTIONS)}, got {self.collection!r}")
+        if not 1 <= self.gather <= self.num_workers:
+            raise ConfigError(f"actors.gather must be between 1 and actors.num_workers={self.num_workers}, "
+                              f"got {self.gather}")
+        if self.gather > 1 and self.collection != "async":
+            raise ConfigError(f"actors.gather={self.gather} needs actors.collection=async: a lock-step round "
+                              "holds every worker's batch already")
         object.__setattr__(self, "env_modules", tuple(self.env_modules))
 
     @property
     def batch_frames(self) -> int:
         """Frames in each batch a pool yields (:func:`batch_frames`)."""
-        return batch_frames(self.frames_per_batch, self.num_workers, self.collection)
+        return batch_frames(self.frames_per_batch, self.num_workers, self.collection, self.gather)
 
     def worker_env(self) -> partial:
         """Builds one worker's envs (:func:`make_worker_env`), in the worker's process."""
@@ -149,14 +164,64 @@ class ActorSpec:
                        self.lean_envs, self.env_modules)
 
 
-def batch_frames(frames_per_batch: int, num_workers: int, collection: str) -> int:
-    """Frames in each batch a pool yields: one worker's batch, or in lock-step collection one
-    round of every worker's.
+def batch_frames(frames_per_batch: int, num_workers: int, collection: str, gather: int = 1) -> int:
+    """Frames in each batch a pool yields: ``gather`` workers' batches (one unless asked), or
+    in lock-step collection one round of every worker's.
 
-    >>> batch_frames(100, 4, "lockstep"), batch_frames(100, 4, "async")
-    (400, 100)
+    >>> batch_frames(100, 4, "lockstep"), batch_frames(100, 4, "async"), batch_frames(100, 4, "async", 2)
+    (400, 100, 200)
     """
-    return frames_per_batch * (num_workers if collection == "lockstep" else 1)
+    return frames_per_batch * (num_workers if collection == "lockstep" else gather)
+
+
+def gather_rounds(batches: Iterator[TensorDictBase], size: int) -> Iterator[TensorDictBase]:
+    """Asynchronous batches merged ``size`` at a time, in the order they arrive (what is left
+    at the end goes out as a smaller round).
+
+    A worker ahead of the others may have two batches in one round: each row gets
+    ``segment``, the number of its worker's batches before its own in the round, so that
+    what reads a worker's rows in order (the reward scaler's running returns, the recorded
+    log-prob check's batches) can tell them apart.
+
+    >>> from tensordict import TensorDict
+    >>> def batch(worker): return TensorDict({"worker": torch.full((1, 3), worker)}, [1, 3])
+    >>> [r["segment"][:, 0].tolist() for r in gather_rounds(iter([batch(0), batch(1), batch(0), batch(0)]), 3)]
+    [[0, 0, 1], [0]]
+    """
+    round_: list[TensorDictBase] = []
+    for batch in batches:
+        round_.append(batch)
+        if len(round_) == size:
+            yield merge_rows(_numbered_segments(round_))
+            round_ = []
+    if round_:
+        yield merge_rows(_numbered_segments(round_))
+
+
+def _numbered_segments(batches: list[TensorDictBase]) -> list[TensorDictBase]:
+    """Each batch with ``segment``: how many batches of its worker come before it."""
+    seen: dict[int, int] = {}
+    numbered = []
+    for batch in batches:
+        worker = int(batch["worker"].reshape(-1)[0])
+        segment = seen.get(worker, 0)
+        seen[worker] = segment + 1
+        numbered.append(batch.set("segment", torch.full(batch.shape, segment, dtype=torch.int64)))
+    return numbered
+
+
+def merge_rows(batches: list[TensorDictBase]) -> TensorDictBase:
+    """Workers' batches as one ``[envs, T]`` batch (each worker's envs in turn; a worker of
+    one env contributes one row).
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> one, two = TensorDict({"r": torch.zeros(5)}, [5]), TensorDict({"r": torch.ones(2, 5)}, [2, 5])
+        >>> merge_rows([one, two]).shape
+        torch.Size([3, 5])
+    """
+    rows = [batch.unsqueeze(0) if batch.ndim == 1 else batch for batch in batches]
+    return torch.cat(rows, 0) if len(rows) > 1 else rows[0]
 
 
 class ActorPoolBase:

@@ -42,7 +42,7 @@ from torch import nn
 from torchrl.collectors import Collector
 
 from actorq.actors import torchrl_adapter as adapter
-from actorq.actors.base import ActorPoolBase, ActorSpec
+from actorq.actors.base import ActorPoolBase, ActorSpec, gather_rounds, merge_rows
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.processes import forked_workers, in_environment
 from actorq.actors.processes import set_worker_index, worker_index  # noqa: F401  (imported from here too)
@@ -444,7 +444,13 @@ class ActorPool(ActorPoolBase):
     def __iter__(self) -> Iterator[TensorDictBase | Written]:
         if self.spec.collection == "lockstep":
             yield from self._lockstep()
-            return
+        elif self.spec.gather > 1:
+            yield from gather_rounds(self._asynchronous(), self.spec.gather)
+        else:
+            yield from self._asynchronous()
+
+    def _asynchronous(self) -> Iterator[TensorDictBase | Written]:
+        """Each worker's batch as it arrives (:meth:`__iter__`)."""
         batches = self._receive()
         while True:
             try:
@@ -490,7 +496,7 @@ class ActorPool(ActorPoolBase):
                 rounds = self.collector.rounds()
                 continue
             self.frames += self.spec.batch_frames
-            yield WRITTEN if self.writer is not None else merge_round(batches)
+            yield WRITTEN if self.writer is not None else merge_rows(batches)
 
     def _recover_from(self, error: Exception) -> list[TensorDictBase]:
         """Restarts the workers after ``error`` if it reports a failed worker (or raises it,
@@ -558,19 +564,6 @@ class ActorPool(ActorPoolBase):
     def shutdown(self) -> None:
         self._close_receiver()
         self.collector.shutdown(raise_on_error=False)
-
-
-def merge_round(batches: list[TensorDictBase]) -> TensorDictBase:
-    """The batches of one lock-step round as one ``[envs, T]`` batch (each worker's envs in
-    turn; a worker of one env contributes one row).
-
-    Example:
-        >>> one, two = TensorDict({"r": torch.zeros(5)}, [5]), TensorDict({"r": torch.ones(2, 5)}, [2, 5])
-        >>> merge_round([one, two]).shape
-        torch.Size([3, 5])
-    """
-    rows = [batch.unsqueeze(0) if batch.ndim == 1 else batch for batch in batches]
-    return torch.cat(rows, 0) if len(rows) > 1 else rows[0]
 
 
 def _as_worker_failure(error: BaseException, collector: _Collector) -> _WorkerFailed | None:

@@ -23,8 +23,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError
-from actorq.actors.pool import merge_round, set_worker_index
+from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError, gather_rounds, merge_rows
+from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
 from actorq.util.errors import ConfigError
 
@@ -150,14 +150,16 @@ class RayActorPool(ActorPoolBase):
             worker.load.remote(self._weights)  # runs before any batch request: actor calls are in order
         return worker
 
-    def __len__(self) -> int:
-        spec = self.spec
-        return -(-spec.total_frames // spec.batch_frames)
-
     def __iter__(self) -> Iterator[TensorDictBase]:
         if self.sync:
             yield from self._lockstep()
-            return
+        elif self.spec.gather > 1:
+            yield from gather_rounds(self._asynchronous(), self.spec.gather)
+        else:
+            yield from self._asynchronous()
+
+    def _asynchronous(self) -> Iterator[TensorDictBase]:
+        """Each actor's batch as it is ready (:meth:`__iter__`)."""
         for _ in range(self.requests_in_flight):
             for index in range(self.spec.num_workers):
                 self._request(index)
@@ -181,7 +183,7 @@ class RayActorPool(ActorPoolBase):
                 return
             round_ = list(self._pending.items())
             self._pending.clear()
-            yield merge_round([self._collect(request, *asked) for request, asked in round_])
+            yield merge_rows([self._collect(request, *asked) for request, asked in round_])
 
     def _request(self, index: int) -> None:
         """Asks actor ``index`` for its next batch, unless the batches asked for already

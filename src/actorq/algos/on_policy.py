@@ -312,9 +312,18 @@ class RewardScaler(torch.nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self._returns: dict[int, torch.Tensor] = {}  # worker -> the running return of each of its envs
 
-    def forward(self, reward: torch.Tensor, done: torch.Tensor, worker: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, reward: torch.Tensor, done: torch.Tensor, worker: torch.Tensor | None = None,
+                segment: torch.Tensor | None = None) -> torch.Tensor:
         """``reward`` ``[envs, T]`` scaled, after the running return statistics took it in;
-        ``worker`` ``[envs]``: the actor worker of each row (``None``: rows are envs)."""
+        ``worker`` ``[envs]``: the actor worker of each row (``None``: rows are envs);
+        ``segment`` ``[envs]``: which of its worker's batches in a gathered round the row is
+        (each worker's batches are taken in turn, each going on from the one before)."""
+        if segment is not None and int(segment.max()) > 0:
+            scaled = torch.empty_like(reward)
+            for number in range(int(segment.max()) + 1):
+                rows = (segment == number).nonzero().squeeze(-1)
+                scaled[rows] = self(reward[rows], done[rows], worker[rows] if worker is not None else None)
+            return scaled
         envs, steps = reward.shape
         rows = rows_by_worker(torch.zeros(envs, dtype=torch.int64) if worker is None else worker)
         returns = torch.empty(envs, steps, dtype=torch.float64, device=reward.device)
@@ -351,7 +360,9 @@ def rollout_fields(rollout: TensorDictBase) -> dict[str, Any]:
     """The fields of a rollout ``[envs, T]`` every on-policy update reads, shaped ``[envs, T]``
     (or ``[envs, T, dim]`` for observations): ``observation``, ``next_observation``, ``action``,
     ``reward``, ``terminated``, ``done`` and the actors' ``log_prob``; and ``worker`` ``[envs]``,
-    the actor worker each row came from (``None`` if the rollout does not record it)."""
+    the actor worker each row came from (``None`` if the rollout does not record it), and
+    ``segment`` ``[envs]``, which of its worker's batches in a gathered round the row is
+    (``None`` unless rounds are gathered, :func:`actorq.actors.base.gather_rounds`)."""
     shape = rollout.shape
     return {
         "observation": rollout["observation"],
@@ -362,4 +373,5 @@ def rollout_fields(rollout: TensorDictBase) -> dict[str, Any]:
         "done": rollout["next", "done"].reshape(shape),
         "log_prob": rollout["log_prob"].reshape(shape),
         "worker": rollout["worker"].reshape(shape)[:, 0] if "worker" in rollout.keys() else None,
+        "segment": rollout["segment"].reshape(shape)[:, 0] if "segment" in rollout.keys() else None,
     }

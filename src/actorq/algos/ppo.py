@@ -181,7 +181,7 @@ class PPO(OnPolicyLearner):
         next_value = self.value(self.policy.normalizer(step["next_observation"])).squeeze(-1)
         prox_log_prob = self.policy.head.log_prob(self.policy.trunk(observation), step["action"])
         reward = (step["reward"] if self.reward_scaler is None
-                  else self.reward_scaler(step["reward"], step["done"], step["worker"]))
+                  else self.reward_scaler(step["reward"], step["done"], step["worker"], step["segment"]))
         ends = step["terminated"], step["done"]
         if self.asynchronous:  # mu lags pi_prox by versions too: V-trace's truncated traces
             returns, advantage = vtrace(prox_log_prob - step["log_prob"], reward, value, next_value, *ends,

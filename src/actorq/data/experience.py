@@ -155,8 +155,11 @@ class Experience(L.LightningDataModule):
         self.total_frames = int(make_actors.keywords["total_frames"])
         actors = make_actors.keywords
         self.frames_per_batch = batch_frames(actors.get("frames_per_batch", 1), actors.get("num_workers", 1),
-                                             actors.get("collection", "async"))
+                                             actors.get("collection", "async"), actors.get("gather", 1))
         self.actor_batch = int(actors.get("envs_per_worker", 1))
+        if kind == "replay" and actors.get("gather", 1) > 1:
+            raise ConfigError(f"actors.gather={actors['gather']} is for on-policy learners (rollouts); "
+                              "a replay takes every batch as it arrives")
         self.policy_version = 0
         self.replay: ReplayBuffer | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
@@ -273,6 +276,8 @@ class Experience(L.LightningDataModule):
         if not len(positions):
             return None
         worker = rollout["worker"][:, 0] if "worker" in rollout.keys() else torch.zeros(rollout.shape[0])
+        if "segment" in rollout.keys():  # a gathered round: a worker's batches apart
+            worker = worker * rollout.shape[0] + rollout["segment"][:, 0]
         network, errors = self.actor_policy.network, []
         for row, t in positions[torch.randperm(len(positions))[:LOG_PROB_CHECK_STEPS]].tolist():
             rows = (worker == worker[row]).nonzero().squeeze(-1)  # the actors' batch of this step
