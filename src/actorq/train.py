@@ -97,10 +97,15 @@ def check_declared_needs(learner) -> None:
 def resolve_collection(cfg: DictConfig, learner) -> None:
     """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
     collected with the policy it just published), asynchronous collection for an off-policy
-    one; an on-policy learner is told which it gets (``learner.asynchronous``). An on-policy
+    one; an on-policy learner is told which it gets (``learner.asynchronous``).
+    ``actors.gather=null``: asynchronous rollouts are gathered in rounds of every worker's
+    batch (:func:`actorq.actors.base.gather_rounds`), other batches go alone. An on-policy
     run takes one learner rank, and a learner precision named, not timed."""
     if cfg.actors.get("collection", "auto") == "auto":
         cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
+    if cfg.actors.get("gather") is None:  # asynchronous rollouts: a round of every worker's, as they arrive
+        rounds = learner.experience_kind == "rollout" and cfg.actors.collection == "async"
+        cfg.actors.gather = cfg.actors.get("num_workers", 1) if rounds else 1
     if learner.experience_kind != "rollout":
         return
     learner.asynchronous = cfg.actors.collection == "async"

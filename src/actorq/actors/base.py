@@ -115,7 +115,7 @@ class ActorSpec:
             by; an on-policy learner's pipeline asks for ``gather``.
         gather: in asynchronous collection, how many workers' batches make one batch for the
             learner, taken as they arrive and merged as a lock-step round is
-            (:func:`gather_rounds`). 1: each worker's batch as it arrives.
+            (:func:`gather_rounds`). 1 (or ``None``): each worker's batch as it arrives.
 
     Example:
         >>> spec = ActorSpec("CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=1_000,
@@ -139,10 +139,11 @@ class ActorSpec:
     env_modules: tuple[str, ...] = ()
     collection: str = "async"
     waiting_batches: int | None = None
-    gather: int = 1
+    gather: int | None = 1
 
     def __post_init__(self):
         check_frames_done(self.frames_done, self.total_frames)
+        object.__setattr__(self, "gather", 1 if self.gather is None else self.gather)
         if self.collection not in COLLECTIONS:
             raise ValueError(f"collection must be one of {list(COLLECTIONS)}, got {self.collection!r}")
         if not 1 <= self.gather <= self.num_workers:

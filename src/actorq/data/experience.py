@@ -155,9 +155,9 @@ class Experience(L.LightningDataModule):
         self.total_frames = int(make_actors.keywords["total_frames"])
         actors = make_actors.keywords
         self.frames_per_batch = batch_frames(actors.get("frames_per_batch", 1), actors.get("num_workers", 1),
-                                             actors.get("collection", "async"), actors.get("gather", 1))
+                                             actors.get("collection", "async"), actors.get("gather") or 1)
         self.actor_batch = int(actors.get("envs_per_worker", 1))
-        if kind == "replay" and actors.get("gather", 1) > 1:
+        if kind == "replay" and (actors.get("gather") or 1) > 1:
             raise ConfigError(f"actors.gather={actors['gather']} is for on-policy learners (rollouts); "
                               "a replay takes every batch as it arrives")
         self.policy_version = 0
