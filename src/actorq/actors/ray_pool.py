@@ -26,6 +26,7 @@ from torch import nn
 from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError, gather_rounds, merge_rows
 from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
+from actorq.quant.network import idle_payload_keys
 from actorq.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -230,11 +231,12 @@ class RayActorPool(ActorPoolBase):
         self.workers[index] = self._start(index)
 
     def push(self, policy: nn.Module) -> None:
-        """Puts ``policy``'s parameters and buffers in the object store once and queues a load
+        """Puts ``policy``'s parameters and buffers (those its version reads) in the object store once and queues a load
         of them at every actor, behind the batches already asked of it; returns without waiting
         for the loads, once the previous push's have run (:meth:`wait_for_loads`)."""
         self.wait_for_loads()
-        weights = TensorDict.from_module(policy).clone()
+        # Buffers of the precisions the version is not at (the divergence budget's) stay home.
+        weights = TensorDict.from_module(policy).exclude(*idle_payload_keys(policy)).clone()
         self.broadcast_bytes = sum(tensor.nbytes for tensor in weights.values(True, True))
         self._weights = self.ray.put(weights)
         self._loads = [(index, worker.load.remote(self._weights)) for index, worker in enumerate(self.workers)]

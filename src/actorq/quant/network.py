@@ -152,6 +152,13 @@ class QuantizedNetwork(nn.Module):
         spec = self.rungs[rung]
         return {name: getattr(self, _buffer_name(rung, name)) for name in spec.codec.payload_spec(self.layout, spec)}
 
+    def idle_buffers(self) -> list[str]:
+        """The payload buffers of the precisions the loaded version is not at: what a push
+        that copies the network (Ray's) can leave out."""
+        active = int(self.rung)
+        return [_buffer_name(rung, name) for rung, spec in enumerate(self.rungs) if rung != active
+                for name in spec.codec.payload_spec(self.layout, spec)]
+
     def load_payload(self, payload: Payload) -> None:
         """Copies a payload from :func:`actorq.quant.quantize` in place and bumps ``version``,
         keeping the head's and the normalizer's state: :meth:`load_version` with the payload
@@ -371,6 +378,14 @@ def _direct_call(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 _linear = torch._C._nn.linear  # what F.linear calls, without its torch-function check
+
+
+def idle_payload_keys(module: nn.Module) -> list[tuple[str, ...]]:
+    """The keys, in ``TensorDict.from_module(module)``, of every :meth:`QuantizedNetwork.idle_buffers`
+    inside ``module``."""
+    return [(*prefix.split("."), name) if prefix else (name,)
+            for prefix, sub in module.named_modules() if isinstance(sub, QuantizedNetwork)
+            for name in sub.idle_buffers()]
 
 
 def _buffer_name(rung: int, name: str) -> str:
