@@ -26,9 +26,9 @@ from benchmarks.kl_curves import FLOOR, series  # noqa: E402
 
 # metric -> (what the panel calls it, how to draw a value)
 METRICS = {
-    "quant/kl": ("KL(mu || pi), mean over held-out observations", lambda value: value),
-    "quant/action_error": ("action error, fraction of the action range (mean; dotted: largest)", lambda value: value),
-    "quant/greedy_agreement": ("greedy actions that differ (1 - agreement)", lambda value: 1.0 - value),
+    "quant/kl": ("KL(mu || pi), held-out mean", lambda value: value),
+    "quant/action_error": ("|a_pi - a_mu| / action range", lambda value: value),
+    "quant/greedy_agreement": ("1 - greedy agreement", lambda value: 1.0 - value),
 }
 
 
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         values = [draw(v) for _, v in points]
         rows.append({"run": label, "metric": metric, "pushes": len(values), "mean": sum(values) / len(values),
                      "worst": max(values), "worst_step": max((v for _, v in worst), default=None)})
-        axis.set(yscale="log", xlabel="env frames", ylabel=name, title=metric)
+        title = f"{metric} (solid: mean, dotted: largest)" if worst else metric
+        axis.set(yscale="log", xlabel="env frames", ylabel=name, title=title)
         axis.legend(fontsize=8)
     figure.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
