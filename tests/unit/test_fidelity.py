@@ -18,7 +18,7 @@ from actorq.algos.ppo import PPO
 from actorq.data.experience import Experience
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, policy_divergence
-from actorq.quant.network import idle_payload_keys
+from actorq.actors.ray_pool import idle_keys
 from actorq.run.clock import FrameClock
 from actorq.util.errors import ConfigError
 
@@ -268,7 +268,7 @@ def test_a_fallback_version_is_one_whole_version_and_a_later_push_returns_to_int
     network.load_version(quantize(policy, int8), policy_version=4)
     assert network.active_quant == int8 and network.payload()["l1_weight"].dtype == torch.int8
     # what a copying push (Ray's) leaves out: the precision the version is not at
-    assert ("fallback1_l1_weight",) in idle_payload_keys(network) and ("l1_weight",) not in idle_payload_keys(network)
+    assert ("fallback1_l1_weight",) in idle_keys(network) and ("l1_weight",) not in idle_keys(network)
     assert not torch.equal(network(observations), policy(observations))
     with pytest.raises(ConfigError, match="precision 2 of a network with 2"):
         network.load_version(quantize(policy, fp32), rung=2)

@@ -26,10 +26,18 @@ from torch import nn
 from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError, gather_rounds, merge_rows
 from actorq.actors.pool import set_worker_index
 from actorq.actors.rollout import LeanCollector
-from actorq.quant.network import idle_payload_keys
 from actorq.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+def idle_keys(module: nn.Module) -> list[tuple[str, ...]]:
+    """The keys, in ``TensorDict.from_module(module)``, of the buffers no actor reads now: those
+    of the precisions the actors' network's version is not at
+    (:meth:`actorq.quant.QuantizedNetwork.idle_buffers`)."""
+    return [(*prefix.split("."), name) if prefix else (name,)
+            for prefix, sub in module.named_modules() if hasattr(sub, "idle_buffers")
+            for name in sub.idle_buffers()]
 
 INSTALL_HINT = "actors.backend=ray needs Ray: pip install 'actorq[ray]'"
 
@@ -236,7 +244,7 @@ class RayActorPool(ActorPoolBase):
         for the loads, once the previous push's have run (:meth:`wait_for_loads`)."""
         self.wait_for_loads()
         # Buffers of the precisions the version is not at (the divergence budget's) stay home.
-        weights = TensorDict.from_module(policy).exclude(*idle_payload_keys(policy)).clone()
+        weights = TensorDict.from_module(policy).exclude(*idle_keys(policy)).clone()
         self.broadcast_bytes = sum(tensor.nbytes for tensor in weights.values(True, True))
         self._weights = self.ray.put(weights)
         self._loads = [(index, worker.load.remote(self._weights)) for index, worker in enumerate(self.workers)]

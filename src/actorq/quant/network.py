@@ -380,14 +380,6 @@ def _direct_call(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 _linear = torch._C._nn.linear  # what F.linear calls, without its torch-function check
 
 
-def idle_payload_keys(module: nn.Module) -> list[tuple[str, ...]]:
-    """The keys, in ``TensorDict.from_module(module)``, of every :meth:`QuantizedNetwork.idle_buffers`
-    inside ``module``."""
-    return [(*prefix.split("."), name) if prefix else (name,)
-            for prefix, sub in module.named_modules() if isinstance(sub, QuantizedNetwork)
-            for name in sub.idle_buffers()]
-
-
 def _buffer_name(rung: int, name: str) -> str:
     """The buffer holding payload tensor ``name`` of precision ``rung`` (its own name at 0)."""
     return name if rung == 0 else f"fallback{rung}_{name}"
