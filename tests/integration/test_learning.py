@@ -74,6 +74,7 @@ def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     fp32 = learning_run("dqn_cartpole")
     int8 = learning_run("dqn_cartpole", "quant.bits=8")
     assert int8["actor_precision"].startswith("int8")
+    assert_actors_ran_what_was_pushed(int8)
     assert solved_evaluations(int8), int8["eval_history"]
     assert int8["best_return"] >= fp32["best_return"] - 0.05 * abs(fp32["best_return"])
     assert [frames for frames, _ in int8["eval_history_quant"]] == [frames for frames, _ in int8["eval_history"]]
@@ -93,7 +94,16 @@ def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
     ``quant.bits=8`` sweep: -180.8 vs -180.8, -138.2 vs -138.5, -159.7 vs -159.8)."""
     int8 = learning_run("td3_pendulum", "quant.bits=8")
     assert int8["actor_precision"].startswith("int8")
+    assert_actors_ran_what_was_pushed(int8)
     assert int8["frames"] <= 20_000 + 256
     assert int8["final_return"] >= -200.0, int8["eval_history"]
     assert int8["final_return_quant"] >= int8["final_return"] - 0.05 * abs(int8["final_return"]), (
         int8["eval_history"], int8["eval_history_quant"])
+
+
+def assert_actors_ran_what_was_pushed(summary: dict) -> None:
+    """The network outputs the int8 actors recorded (Q-values, deterministic actions before
+    the noise) are what the learner's copy of each pushed version computes, to float
+    rounding, over many pushes."""
+    recorded = summary["fidelity"]["output_error"]
+    assert recorded["pushes"] >= 10 and recorded["worst"] < 1e-4, recorded

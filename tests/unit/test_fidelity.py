@@ -193,6 +193,91 @@ def test_the_check_recomputes_each_step_in_the_batch_the_actors_ran_it_in():
     assert (together - log_probs.reshape(12)).abs().max() > 1e-3
 
 
+def replay_experience(learner, quant: QuantSpec) -> Experience:
+    """A replay-fed experience (no replay: the check reads each batch as it arrives) whose
+    actors' copy is ``learner``'s at ``quant``, with that copy held as pushed version 1."""
+    policy = actor_policy(learner, quant, torch.randn(64, learner.spec.obs_dim))
+    make_actors = partial(lambda **kwargs: None, num_workers=1, frames_per_batch=6, total_frames=60)
+    experience = Experience("Pendulum-v1", make_actors=make_actors, make_replay=None, actor_policy=policy,
+                            clock=FrameClock(lambda frames: 0.0), n_step=1, gamma=0.99, planned_updates=10,
+                            kind="replay")
+    experience._output_probe = policy.network.built()._replace(policy_version=torch.tensor(1))
+    return experience
+
+
+def actor_batch(policy, observations: torch.Tensor, version: int = 1) -> TensorDict:
+    """What one actor worker hands over for ``observations`` ``[envs, T, obs_dim]``: its policy
+    run on all envs at each time step, with the records the off-policy family asks for."""
+    envs, steps = observations.shape[:2]
+    columns = [policy(observations[:, t]) for t in range(steps)]
+    action, output = (torch.stack([column[i] for column in columns], 1) for i in (0, 1))
+    return TensorDict({"observation": observations, "action": action, "output": output,
+                       "policy_version": torch.full((envs, steps), version),
+                       "worker": torch.zeros(envs, steps, dtype=torch.int64),
+                       "next": {"done": torch.zeros(envs, steps, 1, dtype=torch.bool),
+                                "reward": torch.zeros(envs, steps, 1)}}, batch_size=[envs, steps])
+
+
+@pytest.mark.parametrize("family", ["td3", "dqn"])
+def test_off_policy_actors_record_the_output_the_pushed_version_computes(family):
+    """A deterministic actor's action before its noise, or a Q-network's values: recomputed by
+    the learner's copy of the version, at the batch the actors ran (a dynamic copy's ranges
+    are its batch's), they agree to float rounding; a step that disagrees is found."""
+    from actorq.algos.base import Exploration
+    from actorq.algos.dqn import DQN
+    from actorq.algos.td3 import TD3
+
+    torch.manual_seed(0)
+    learner = (TD3(CONTINUOUS, Exploration(0.5), actor_hidden=(32, 32), critic_hidden=(32,)) if family == "td3"
+               else DQN(DISCRETE, Exploration(0.5), hidden=(32, 32)))  # the middle layer is int8
+    quant = QuantSpec(bits=8, mode="dynamic")
+    experience = replay_experience(learner, quant)
+    policy = experience.actor_policy
+    assert policy.records == ("output", "policy_version", "worker")
+    scales = torch.tensor([0.1, 10.0, 1.0, 30.0]).reshape(1, 4, 1)
+    batch = actor_batch(policy, torch.randn(3, 4, 5) * scales)  # time steps of very different ranges
+    if family == "td3":  # the action is the output plus exploration noise
+        assert (batch["action"] - batch["output"]).abs().max() > 0.1
+    experience.receive(batch)
+    assert experience.output_error is not None and experience.output_error < 1e-5
+    assert experience._output_probe is None  # checked: the next push holds the next probe
+    network = policy.network  # the same steps recomputed all at once differ
+    together = network(batch["observation"].reshape(12, 5))
+    assert (together - batch["output"].reshape(12, -1)).abs().max() > 1e-3
+
+    wrong = batch.clone()
+    wrong["output"][1, 2, 0] += 0.25
+    experience = replay_experience(learner, quant)
+    experience.actor_policy = policy
+    experience.receive(wrong)
+    assert experience.output_error == pytest.approx(0.25, abs=1e-5)
+
+
+def test_the_output_check_waits_for_the_probed_version_and_drops_it_once_the_actors_are_past_it():
+    """Replay batches arrive versions after they were collected."""
+    from actorq.algos.base import Exploration
+    from actorq.algos.td3 import TD3
+
+    torch.manual_seed(0)
+    learner = TD3(CONTINUOUS, Exploration(0.5), actor_hidden=(16,), critic_hidden=(16,))
+    experience = replay_experience(learner, QuantSpec(bits=32))
+    batch = actor_batch(experience.actor_policy, torch.randn(2, 3, 5))
+    bad = batch.clone()
+    bad["output"] += 1.0
+    bad["policy_version"].zero_()  # older than the probe (version 0's random frames record zeros)
+    experience.receive(bad)
+    assert experience.output_error is None and experience._output_probe is not None  # still waiting
+    experience.receive(batch)
+    assert experience.output_error < 1e-6
+    experience = replay_experience(learner, QuantSpec(bits=32))
+    bad["policy_version"][0].fill_(2)  # one env's worker is past it, the other's may still run it
+    experience.receive(bad)
+    assert experience._output_probe is not None
+    bad["policy_version"].fill_(2)  # the actors are past the probed version: it never comes
+    experience.receive(bad)
+    assert experience.output_error is None and experience._output_probe is None
+
+
 # ---------------------------------------------------------------- the divergence budget
 
 

@@ -18,12 +18,13 @@ from actorq.algos.networks import DeterministicActor, QNetwork
 STEPS = 300  # per env per batch; cheetah-run's episodes are 1000 steps, so batch 4 restarts
 
 
-def _batches(collector_class, name: str, num_envs: int | None, random_frames: int, batches: int = 4):
+def _batches(collector_class, name: str, num_envs: int | None, random_frames: int, batches: int = 4,
+             records: tuple[str, ...] = ()):
     torch.manual_seed(0)
     spec = EnvSpec.from_env(make_env(name, seed=0))
     network = QNetwork(spec, (16,)) if spec.discrete else DeterministicActor(spec, (16,))
-    policy = TensorDictModule(ExplorationPolicy(network, spec, noise_scale=0.3), in_keys=["observation"],
-                              out_keys=["action"])
+    policy = TensorDictModule(ExplorationPolicy(network, spec, noise_scale=0.3, records=records),
+                              in_keys=["observation"], out_keys=["action", *records])
     env = make_batched_env(name, num_envs, seed=3)
     collector = collector_class(env, policy, frames_per_batch=STEPS * (num_envs or 1), total_frames=-1,
                                 init_random_frames=random_frames, auto_register_policy_transforms=False)
@@ -39,18 +40,33 @@ def _batches(collector_class, name: str, num_envs: int | None, random_frames: in
 @pytest.mark.parametrize("num_envs", [None, 3])
 @pytest.mark.parametrize("random_frames", [0, 700])
 def test_lean_rollout_returns_what_torchrl_rollout_returns(name, num_envs, random_frames):
-    theirs = _batches(Collector, name, num_envs, random_frames)
-    ours = _batches(LeanCollector, name, num_envs, random_frames)
+    _assert_the_same(_batches(Collector, name, num_envs, random_frames),
+                     _batches(LeanCollector, name, num_envs, random_frames), name)
+
+
+def test_what_the_policy_records_is_what_torchrl_rollout_records_random_frames_included():
+    """Off-policy actors' records (the network's output, Q-values here): zeros in the random frames."""
+    records = ("output", "policy_version", "worker")
+    theirs = _batches(Collector, "CartPole-v1", 3, 3 * STEPS, batches=2, records=records)
+    ours = _batches(LeanCollector, "CartPole-v1", 3, 3 * STEPS, batches=2, records=records)
+    _assert_the_same(theirs, ours, "CartPole-v1")
+    assert ours[0]["output"].shape == (3, STEPS, 2)
+    assert (ours[0]["output"] == 0).all() and (ours[1]["output"] != 0).all()  # random frames, then the policy's
+    assert (ours[1]["worker"] == -1).all()  # not in an actor worker
+
+
+def _assert_the_same(theirs, ours, name: str) -> None:
     ended = 0
     for their, our in zip(theirs, ours):
         assert set(our.keys(True, True)) == set(their.keys(True, True))
         assert our.batch_size == their.batch_size and our.names == their.names
         for key in their.keys(True, True):
             assert our[key].dtype == their[key].dtype, key
-            assert torch.equal(our[key], their[key]), (name, num_envs, random_frames, key)
+            assert torch.equal(our[key], their[key]), (name, key)
         ended += int(their["next", "done"].sum())
     assert ended >= 1  # the comparison crossed episode ends and restarts
-    assert int(ours[-1]["collector", "traj_ids"].max()) >= (num_envs or 1)  # new trajectory ids were handed out
+    envs = ours[-1].shape[0] if ours[-1].ndim == 2 else 1
+    assert int(ours[-1]["collector", "traj_ids"].max()) >= envs  # new trajectory ids were handed out
 
 
 def test_other_envs_take_torchrl_rollout():

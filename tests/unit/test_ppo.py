@@ -338,6 +338,62 @@ def test_a_gathered_round_with_two_batches_of_one_worker_goes_on_from_the_first_
     assert float(gathered.mean) == pytest.approx(float(np.mean(returns + [5.0])))
 
 
+def test_a_gathered_rounds_segments_are_scaled_in_order_each_from_the_one_before():
+    """Worker 0's two batches in a round, rewards 1 then 10 (gamma 1, two steps): the second
+    goes on from the first (returns 1, 2, 12, 22), not the other way round (10, 20, 21, 22),
+    and the next batch from the second's end (23); without a worker record the rows are one
+    worker's envs, in order."""
+    no = torch.zeros(2, 2, dtype=torch.bool)
+    reward = torch.tensor([[1.0, 1.0], [10.0, 10.0]])
+    for worker in (torch.tensor([0, 0]), None):
+        scaler = RewardScaler(gamma=1.0)
+        scaler(reward, no, worker=worker, segment=torch.tensor([0, 1]))
+        returns = [1.0, 2.0, 12.0, 22.0]
+        assert float(scaler.mean) == pytest.approx(float(np.mean(returns)))
+        assert float(scaler.var) == pytest.approx(float(np.var(returns)))
+        scaler(torch.ones(1, 1), no[:1, :1], worker=None if worker is None else worker[:1])
+        assert float(scaler.mean) == pytest.approx(float(np.mean(returns + [23.0])))
+
+
+def test_ppo_scales_a_gathered_round_by_the_segments_the_actors_recorded():
+    """A round of two batches of one worker with two envs (rows 0, 1 | 2, 3): PPO's scaler ends
+    where one fed the two batches in turn does, not where one fed four envs does."""
+    learner = PPO(DISCRETE, hidden=(8,), scale_rewards=True, gamma=0.5)
+    rollout = collect(learner, QuantSpec(bits=32))
+    rollout["worker"] = torch.zeros(rollout.shape, dtype=torch.int64)
+    rollout["segment"] = torch.tensor([0, 0, 1, 1]).unsqueeze(1).expand(rollout.shape)
+    learner.prepare(rollout)
+    fields = rollout_fields(rollout)
+    in_turn, as_envs = RewardScaler(gamma=0.5), RewardScaler(gamma=0.5)
+    for rows in (slice(0, 2), slice(2, 4)):
+        in_turn(fields["reward"][rows], fields["done"][rows], fields["worker"][rows])
+    as_envs(fields["reward"], fields["done"], fields["worker"])
+    assert float(learner.reward_scaler.var) == pytest.approx(float(in_turn.var), rel=1e-9)
+    assert float(in_turn.var) != pytest.approx(float(as_envs.var), rel=1e-6)
+
+
+def test_an_update_moves_the_observation_normalizer_to_the_rollouts_statistics():
+    """The next version's statistics: after an update the normalizer has taken in exactly the
+    rollout's observations (its first, so its mean is theirs)."""
+    learner = PPO(CONTINUOUS, hidden=(8,), normalize_observations=True, epochs=1, minibatch_size=64)
+    attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=0)
+    rollout = collect(learner, QuantSpec(bits=32))
+    rollout["observation"] = rollout["observation"] * 3 + 5
+    learner.learn(rollout, new_frames=ENVS * STEPS)
+    observations = rollout["observation"].reshape(-1, CONTINUOUS.obs_dim)
+    assert learner.policy.normalizer.mean.tolist() == pytest.approx(observations.mean(0).tolist(), rel=1e-5)
+
+
+def test_a_gradient_step_clips_the_gradients_norm_to_max_grad_norm():
+    """The gradient left after the step is the clipped one (zeroed before each backward)."""
+    learner = PPO(DISCRETE, hidden=(8,), epochs=1, minibatch_size=ENVS * STEPS, max_grad_norm=0.01)
+    attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=0)
+    learner.learn(collect(learner, QuantSpec(bits=32)), new_frames=ENVS * STEPS)
+    grads = [p.grad for group in learner.optimizers().optimizer.param_groups for p in group["params"]
+             if p.grad is not None]
+    assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) == pytest.approx(0.01, rel=1e-4)
+
+
 def test_the_reward_scalers_statistics_hold_what_float32_would_lose_and_a_zero_std_scales_by_eps():
     """A first rollout whose returns are all 1 (std 0) divides by sqrt(eps) = 1e-4 and clips
     at the default 10; returns 1e8 and 1e8 + 1 (equal in float32) have variance 0.25; the

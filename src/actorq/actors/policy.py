@@ -4,7 +4,8 @@ The exploration scale lives in a buffer, so pushing the learner's weights to the
 also pushes the current epsilon (or Gaussian sigma): annealing is decided by the learner.
 So does the policy's version (bumped by every publish), which the actors record with each
 step when the learner asked for it (``records``), beside the action's log-probability
-under this very policy (the int8 one, for int8 actors) and the actor worker that took it.
+under this very policy (the int8 one, for int8 actors) or the network's own output before
+exploration, and the actor worker that took it.
 
 Example:
     >>> from actorq.envs import EnvSpec
@@ -30,10 +31,11 @@ from actorq.quant import QuantizedNetwork, QuantSpec, has_kl
 if TYPE_CHECKING:
     from actorq.algos.base import Learner
 
-RECORDS = ("log_prob", "policy_version", "worker")
+RECORDS = ("log_prob", "policy_version", "worker", "output")
 """What a learner may ask the actors to record with each step, besides the action: the
-action's log-probability under the actors' own policy, the version of that policy, and the
-actor worker that acted (its row ``i`` is that worker's env ``i``)."""
+action's log-probability under the actors' own policy, the version of that policy, the
+actor worker that acted (its row ``i`` is that worker's env ``i``), and the network's output
+before exploration (a deterministic actor's action, a Q-network's values)."""
 
 
 class ExplorationPolicy(nn.Module):
@@ -49,10 +51,12 @@ class ExplorationPolicy(nn.Module):
         records: what to return with each action, in this order (a learner's
             :attr:`~actorq.algos.base.Learner.records`): ``"log_prob"`` (the action's
             log-probability, from ``network.sample_with_log_prob``; stochastic policies
-            only), ``"policy_version"`` (:attr:`policy_version`, per row) and ``"worker"``
+            only), ``"policy_version"`` (:attr:`policy_version`, per row), ``"worker"``
             (the index of the actor worker this policy runs in,
             :func:`~actorq.actors.processes.worker_index`, per row; -1 outside actor
-            workers). With any, ``forward`` returns a tuple ``(action, *records)``.
+            workers) and ``"output"`` (``network(observation)`` before exploration,
+            :attr:`output_shape` per row; deterministic policies only). With any,
+            ``forward`` returns a tuple ``(action, *records)``.
 
     Attributes:
         policy_version: int64 buffer, the version of the weights this policy holds (set by
@@ -72,8 +76,12 @@ class ExplorationPolicy(nn.Module):
         if "log_prob" in records and not (stochastic and hasattr(network, "sample_with_log_prob")):
             raise ValueError("recording log_prob needs a stochastic policy whose network has sample_with_log_prob(), "
                              f"got {type(network).__name__}")
+        if "output" in records and stochastic:
+            raise ValueError("recording output needs a deterministic policy (one that explores with noise); "
+                             "a stochastic policy records log_prob")
         self.network = network
         self._versioned = hasattr(network, "sample_with_log_prob_and_version")
+        self._versioned_forward = hasattr(network, "forward_with_version")
         self.stochastic = stochastic
         self.records = tuple(records)
         self._worker = (None, torch.tensor(-1))  # (worker_index(), as a tensor): the process's own
@@ -105,15 +113,27 @@ class ExplorationPolicy(nn.Module):
             action, log_prob, version = network.sample_with_log_prob_and_version(obs)
         elif "log_prob" in self.records:
             action, log_prob = network.sample_with_log_prob(obs)
+        elif "output" in self.records:  # the output and its label from one snapshot
+            output, version = network.forward_with_version(obs) if self._versioned_forward else (network(obs), version)
+            action = self._explore(output)
         else:
             action = network.sample(obs) if self.stochastic else self._explore(network.forward(obs))
-            log_prob = None
         rows = obs.shape[0]
-        values = {"log_prob": log_prob, "policy_version": version.expand(rows)}
+        values = {"policy_version": version.expand(rows)}
+        if "log_prob" in self.records:
+            values["log_prob"] = log_prob
+        if "output" in self.records:
+            values["output"] = output
         if "worker" in self.records:
             values["worker"] = self._worker_index().expand(rows)
         out = (action, *(values[name] for name in self.records))
         return tuple(value.squeeze(0) for value in out) if unbatched else out
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """The shape of one row's ``network(observation)``: Q-values for discrete actions,
+        the action itself for continuous ones."""
+        return (self.num_actions,) if self.discrete else tuple(self.low.shape)
 
     def _worker_index(self) -> torch.Tensor:
         """This process's actor worker index as an int64 scalar (-1 outside actor workers).

@@ -62,7 +62,7 @@ class LeanCollector(Collector):
         spec = env.action_spec
         action_shape = spec.shape[len(env.batch_size):]
         policy = adapter.policy_module(self)
-        records = tuple(getattr(policy, "records", ()))
+        records = {name: _record_shape(policy, name) for name in getattr(policy, "records", ())}
         buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype, records)
         traj_ids = adapter.current_traj_ids(self).reshape(n).clone()
         traj_ids_array = traj_ids.numpy()  # the same memory; numpy's copy from a tensor is slow
@@ -78,7 +78,7 @@ class LeanCollector(Collector):
                 if records:  # (action, *records), as the learner asked
                     action, recorded = action[0], action[1:]
                     for array, value in zip(buffers.records.values(), recorded):
-                        array[:, t] = value.numpy().reshape(n)
+                        array[:, t] = value.numpy().reshape(n, *array.shape[2:])
             actions = action.numpy().reshape(n, *action_shape)
             buffers.action[:, t] = actions
             step = env.step_numpy(actions)
@@ -91,15 +91,21 @@ class LeanCollector(Collector):
         return buffers.tensordict(env.batched)
 
 
-RECORD_DTYPES = {"log_prob": np.float32, "policy_version": np.int64, "worker": np.int64}
+RECORD_DTYPES = {"log_prob": np.float32, "policy_version": np.int64, "worker": np.int64, "output": np.float32}
 """The dtype of each thing a policy may record (:data:`actorq.actors.policy.RECORDS`)."""
+
+
+def _record_shape(policy, name: str) -> tuple[int, ...]:
+    """The shape of one row's ``name`` record: the policy's output shape for ``"output"``,
+    a scalar for the rest."""
+    return tuple(policy.output_shape) if name == "output" else ()
 
 
 class _Buffers:
     """The arrays of one batch, ``[envs, steps, ...]`` (TorchRL's layout: time last)."""
 
     def __init__(self, n: int, steps: int, obs_dim: int, action_shape: torch.Size, action_dtype: torch.dtype,
-                 records: tuple[str, ...] = ()):
+                 records: dict[str, tuple[int, ...]] | None = None):
         def floats(*shape):
             return np.empty((n, steps, *shape), dtype=np.float32)
 
@@ -110,8 +116,10 @@ class _Buffers:
         self.action = torch.empty((n, steps, *action_shape), dtype=action_dtype).numpy()
         self.traj_ids = np.empty((n, steps), dtype=np.int64)
         self.next = StepArrays(floats(obs_dim), floats(1), floats(1), flags(), flags(), flags())
-        # What the policy records with each action: sized from what it was asked to record.
-        self.records = {name: np.empty((n, steps), dtype=RECORD_DTYPES[name]) for name in records}
+        # What the policy records with each action (name -> one row's shape); zeros in the
+        # random frames it does not act in, as TorchRL's rollout leaves them.
+        self.records = {name: np.zeros((n, steps, *shape), dtype=RECORD_DTYPES[name])
+                        for name, shape in (records or {}).items()}
 
     def write_next(self, t: int, step: StepArrays) -> None:
         for array, value in zip(self.next, step):

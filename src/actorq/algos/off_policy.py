@@ -52,6 +52,9 @@ class OffPolicyLearner(Learner):
     """
 
     experience_kind = "replay"
+    # The network's output before exploration, so the learner can check the actors ran the
+    # version it pushed (a stochastic policy, SAC's, records nothing).
+    records = ("output", "policy_version", "worker")
     push_every_n_steps = 100  # the actors' policy may trail the learner's: replay updates never assume it
     init_random_frames = 1000  # random actions fill the replay before the policy means anything
 

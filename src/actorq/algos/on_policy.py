@@ -318,11 +318,11 @@ class RewardScaler(torch.nn.Module):
         ``worker`` ``[envs]``: the actor worker of each row (``None``: rows are envs);
         ``segment`` ``[envs]``: which of its worker's batches in a gathered round the row is
         (each worker's batches are taken in turn, each going on from the one before)."""
-        if segment is not None and int(segment.max()) > 0:
+        if segment is not None and bool(segment.any()):
             scaled = torch.empty_like(reward)
-            for number in range(int(segment.max()) + 1):
-                rows = (segment == number).nonzero().squeeze(-1)
-                scaled[rows] = self(reward[rows], done[rows], worker[rows] if worker is not None else None)
+            for number in segment.unique(sorted=True).tolist():
+                rows = (segment == number).nonzero()[:, 0]
+                scaled[rows] = self(reward[rows], done[rows], None if worker is None else worker[rows])
             return scaled
         envs, steps = reward.shape
         rows = rows_by_worker(torch.zeros(envs, dtype=torch.int64) if worker is None else worker)

@@ -51,6 +51,7 @@ class SAC(ActorCriticLearner):
 
     num_critics = 2
     stochastic = True
+    records = ()  # its head has no log_prob of a squashed action to check a recorded one against
 
     def __init__(
         self,

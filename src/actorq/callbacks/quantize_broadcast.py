@@ -99,6 +99,8 @@ class QuantizeBroadcast(Callback):
         started = time.perf_counter()
         network = on_cpu(learner.behaviour_network)
         check_finite_weights(network, "the policy", learner.learner_steps)
+        recorded = {"quant/log_prob_error": experience.log_prob_error,  # what the version pushed last ran
+                    "quant/output_error": experience.output_error}
         published = experience.publish(network)
         self.last_step = learner.learner_steps
         self.broadcasts += 1
@@ -117,8 +119,7 @@ class QuantizeBroadcast(Callback):
                          "quant.max_kl=%g (quant/fallbacks counts such pushes)", published.version,
                          published.actor_network.active_quant.describe(), experience.quant.describe(),
                          published.budget_kl, experience.quant.max_kl)
-        if experience.log_prob_error is not None:  # the rollout the previous version collected
-            metrics["quant/log_prob_error"] = experience.log_prob_error
+        metrics.update({name: value for name, value in recorded.items() if value is not None})
         if published.held_out is not None and (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
             started = time.perf_counter()
             metrics.update(fidelity_metrics(network, published.actor_network, published.held_out, learner.spec,
@@ -159,7 +160,7 @@ class FidelityTotals:
 
     # metric -> whether a larger value is worse
     TRACKED = {"quant/kl": True, "quant/greedy_agreement": False, "quant/action_error": True,
-               "quant/log_prob_error": True, "quant/fallback": True}
+               "quant/log_prob_error": True, "quant/output_error": True, "quant/fallback": True}
 
     def __init__(self, totals: dict | None = None):
         self.totals: dict[str, dict[str, float]] = dict(totals or {})

@@ -65,9 +65,14 @@ HELD_OUT_OBSERVATIONS = 256
 LOG_PROB_CHECK_STEPS = 64
 """Steps of each rollout whose recorded log-probability is recomputed."""
 
+OUTPUT_CHECK_STEPS = 8
+"""Time steps of each actor batch whose recorded network output is recomputed (every env of
+the worker at each)."""
+
 if TYPE_CHECKING:
     from actorq.actors.pool import ActorPool
     from actorq.quant import QuantSpec
+    from actorq.quant.network import BuiltVersion
 
 # The checkpoint entry holding recent observations, for re-quantizing the policy after the run.
 CALIBRATION_OBSERVATIONS = "calibration_observations"
@@ -169,6 +174,8 @@ class Experience(L.LightningDataModule):
         self._last_rollout: TensorDictBase | None = None
         self._previous_rollout: TensorDictBase | None = None
         self.log_prob_error: float | None = None
+        self.output_error: float | None = None
+        self._output_probe: BuiltVersion | None = None  # a pushed version whose recorded output is checked next
         self._resumed_observations: torch.Tensor | None = None
         self._probes: dict[int, QuantizedNetwork] = {}  # precision -> the budget's private copy
 
@@ -225,6 +232,8 @@ class Experience(L.LightningDataModule):
             returns = ended_episode_returns(batch)
             return Arrivals(batch.numel(), len(returns), float(returns.sum()))
         arrivals = None
+        if isinstance(batch, TensorDictBase) and self._output_probe is not None:
+            self._check_recorded_output(batch)
         if self.writer is not None:
             if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
                 self.writer.extend(batch)
@@ -287,6 +296,32 @@ class Experience(L.LightningDataModule):
             errors.append(float((log_prob[index] - step["log_prob"][index].reshape(())).abs()))
         return max(errors)
 
+    @torch.no_grad()
+    def _check_recorded_output(self, batch: TensorDictBase) -> None:
+        """Sets :attr:`output_error` from the first batch with steps of the pushed version held
+        as the probe (replay batches arrive versions after they were collected): the largest
+        ``abs(recorded - recomputed)`` of the actors' network output (a deterministic action,
+        Q-values) over a sample of its time steps that ran that version, recomputed with the
+        probe (the main process's copy of it), all of a worker's envs at a time step
+        together, as the actors ran them. A probe older than every step of a batch is dropped."""
+        probe = self._output_probe
+        if "output" not in batch.keys():
+            return
+        steps = batch if batch.ndim == 2 else batch.unsqueeze(0)  # [envs, T]
+        versions = steps["policy_version"].reshape(steps.shape)
+        ran = versions == probe.policy_version
+        if not ran.any():
+            if bool((versions > probe.policy_version).all()):  # the actors are past it
+                self._output_probe = None
+            return
+        worker = steps["worker"][:, 0] if "worker" in steps.keys() else torch.zeros(steps.shape[0])
+        errors = []
+        for row, t in _one_row_per_worker_step(ran, worker)[:OUTPUT_CHECK_STEPS]:
+            rows = (worker == worker[row]).nonzero().squeeze(-1)  # the actors' batch of this step
+            step, mine = steps[rows, t], ran[rows, t]
+            errors.append(float((probe.output(step["observation"]) - step["output"])[mine].abs().max()))
+        self.output_error, self._output_probe = max(errors), None
+
     def publish(self, network: nn.Module) -> Published:
         """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,
         calibrated on :meth:`calibration_observations`, and pushes it to every actor as the
@@ -307,6 +342,9 @@ class Experience(L.LightningDataModule):
         self.policy_version += 1
         actor_network.load_version(payload, network.head.state_dict(), _normalizer_state(network, actor_network),
                                    policy_version=self.policy_version, rung=rung)
+        self.output_error = None  # read by this push's log: a later push's measures a later version
+        if self._output_probe is None and "output" in self.actor_policy.records:
+            self._output_probe = actor_network.built()
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
@@ -498,3 +536,13 @@ def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:
     except (ValueError, TypeError) as error:
         name = getattr(getattr(factory, "func", factory), "__name__", "?")
         raise ConfigError(f"{name}: {error}") from error
+
+
+def _one_row_per_worker_step(ran: torch.Tensor, worker: torch.Tensor) -> list[tuple[int, int]]:
+    """``(row, t)`` of one step that ``ran`` for each (worker, time step) that has one, in a
+    random order."""
+    first = {}
+    for row, t in ran.nonzero().tolist():
+        first.setdefault((int(worker[row]), t), (row, t))
+    picks = list(first.values())
+    return [picks[i] for i in torch.randperm(len(picks)).tolist()]

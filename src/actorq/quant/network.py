@@ -63,6 +63,10 @@ class BuiltVersion(NamedTuple):
     normalizer: nn.Module | None
     policy_version: torch.Tensor
 
+    def output(self, observation: torch.Tensor) -> torch.Tensor:
+        """This version's ``head(trunk(normalize(obs)))``, whatever was loaded since."""
+        return _output(self, observation)
+
 
 class QuantizedNetwork(nn.Module):
     """``obs -> head(trunk(normalizer(obs)))`` with the trunk at the precision of ``quant``.
@@ -236,16 +240,13 @@ class QuantizedNetwork(nn.Module):
         return [(getattr(self, _buffer_name(rung, name)), payload[name]) for name in expected]
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return _output(self.built(), observation)
+
+    def forward_with_version(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` and the published version (``policy_version``) of the very snapshot
+        that computed it (what off-policy actors record with each step)."""
         built = self.built()
-        run, head, normalizer = built.run, built.head.forward, built.normalizer
-        if normalizer is not None:
-            observation = normalizer(observation)
-        if observation.dim() == 2:
-            return head(run(observation))
-        if observation.dim() == 1:  # quantized linear kernels need a batch dimension
-            return head(run(observation.unsqueeze(0))).squeeze(0)
-        flat = run(observation.reshape(-1, observation.shape[-1]))
-        return head(flat.reshape(*observation.shape[:-1], flat.shape[-1]))
+        return _output(built, observation), built.policy_version
 
     def sample(self, observation: torch.Tensor) -> torch.Tensor:
         """``head.sample(trunk(obs))``: a stochastic policy's action (SAC's actors)."""
@@ -321,6 +322,19 @@ class QuantizedNetwork(nn.Module):
         activations = [layer.activation for layer in self.layout.layers]
         norms = [layer.norm for layer in self.layout.layers]
         return f"{self.quant.describe()}, sizes={self.layout.sizes}, norms={norms}, activations={activations}"
+
+
+def _output(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
+    """``head(trunk(normalize(obs)))`` of ``built`` for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
+    run, head, normalizer = built.run, built.head.forward, built.normalizer
+    if normalizer is not None:
+        observation = normalizer(observation)
+    if observation.dim() == 2:
+        return head(run(observation))
+    if observation.dim() == 1:  # quantized linear kernels need a batch dimension
+        return head(run(observation.unsqueeze(0))).squeeze(0)
+    flat = run(observation.reshape(-1, observation.shape[-1]))
+    return head(flat.reshape(*observation.shape[:-1], flat.shape[-1]))
 
 
 def _features(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
