@@ -146,6 +146,10 @@ def test_the_learner_sees_envs_by_steps_and_logs_how_many_versions_behind_the_ac
     fields = rollout_fields(learner.seen[-1])
     assert fields["reward"].shape == fields["done"].shape == fields["log_prob"].shape == (3, 16)
     assert learner.planned_updates(640) == 10  # one update per batch of 64 frames
+    learner.updates_per_rollout = 3
+    assert learner.planned_updates(640) == 30
+    learner.experience = None  # before a run: the whole budget is one batch
+    assert learner.planned_updates(640) == 3
 
 
 def test_the_lag_in_updates_counts_from_the_learner_step_each_version_was_pushed_at():

@@ -364,6 +364,7 @@ def test_ppo_scales_a_gathered_round_by_the_segments_the_actors_recorded():
     rollout["segment"] = torch.tensor([0, 0, 1, 1]).unsqueeze(1).expand(rollout.shape)
     learner.prepare(rollout)
     fields = rollout_fields(rollout)
+    assert rollout_fields(rollout[:, :1])["segment"].tolist() == [0, 0, 1, 1]  # a one-step round too
     in_turn, as_envs = RewardScaler(gamma=0.5), RewardScaler(gamma=0.5)
     for rows in (slice(0, 2), slice(2, 4)):
         in_turn(fields["reward"][rows], fields["done"][rows], fields["worker"][rows])
@@ -392,6 +393,16 @@ def test_a_gradient_step_clips_the_gradients_norm_to_max_grad_norm():
     grads = [p.grad for group in learner.optimizers().optimizer.param_groups for p in group["params"]
              if p.grad is not None]
     assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) == pytest.approx(0.01, rel=1e-4)
+
+
+def test_a_gradient_step_clips_only_when_asked():
+    learner = PPO(DISCRETE, hidden=(8,))
+    attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=0)
+    loss = 1e3 * learner.policy.log_prob(torch.randn(8, DISCRETE.obs_dim), torch.zeros(8, dtype=torch.long)).sum()
+    learner.gradient_step(learner.optimizers(), loss)
+    grads = [p.grad.norm() for p in learner.policy.parameters() if p.grad is not None]
+    assert float(torch.linalg.vector_norm(torch.stack(grads))) > 10.0  # unclipped by default
+    assert learner.learner_steps == 1
 
 
 def test_the_reward_scalers_statistics_hold_what_float32_would_lose_and_a_zero_std_scales_by_eps():
@@ -459,6 +470,23 @@ def test_planned_updates_and_the_annealed_clip_range_follow_the_rollouts():
     assert learner.current_clip_range() == pytest.approx(0.1)
     with pytest.raises(ValueError, match="epochs and minibatch_size"):
         PPO(DISCRETE, epochs=0)
+
+
+def test_the_clip_range_anneals_to_its_final_fraction_and_stays_there():
+    learner = PPO(DISCRETE, hidden=(8,), epochs=1, minibatch_size=100, clip_range=0.2, clip_range_final_fraction=0.5)
+    assert learner.current_clip_range() == pytest.approx(0.2)  # no run attached: the initial range
+    assert learner.planned_updates(1000) == 10  # no run attached: the budget is one batch of 10 minibatches
+    attach_trainer(learner, total_frames=1000, frames_per_batch=100, policy_version=0)
+    learner.learner_steps = 5
+    assert learner.current_clip_range() == pytest.approx(0.2 * (1 - 0.5 * 0.5))
+    learner.learner_steps = 25  # past the planned 10: the final range, not below it
+    assert learner.current_clip_range() == pytest.approx(0.1)
+    learner.clip_range_final_fraction = 1.0
+    assert learner.current_clip_range() == pytest.approx(0.2)
+    short = PPO(DISCRETE, hidden=(8,), epochs=1, minibatch_size=100, clip_range=0.2, clip_range_final_fraction=0.0)
+    attach_trainer(short, total_frames=100, frames_per_batch=100, policy_version=0)
+    short.learner_steps = 1  # a run of one planned update ends at the final range
+    assert short.planned_updates(100) == 1 and short.current_clip_range() == pytest.approx(0.0)
 
 
 def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():

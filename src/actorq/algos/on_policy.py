@@ -320,7 +320,7 @@ class RewardScaler(torch.nn.Module):
         (each worker's batches are taken in turn, each going on from the one before)."""
         if segment is not None and bool(segment.any()):
             scaled = torch.empty_like(reward)
-            for number in segment.unique(sorted=True).tolist():
+            for number in segment.unique().tolist():  # in order
                 rows = (segment == number).nonzero()[:, 0]
                 scaled[rows] = self(reward[rows], done[rows], None if worker is None else worker[rows])
             return scaled
