@@ -111,3 +111,20 @@ def test_heavy_tail_benchmark_runs_every_implementation_at_the_same_updates_per_
     lag = {row["impl"]: row["policy_lag_max"] for row in rows}
     assert lag["actorq-lockstep"] == 0
     assert json.loads(out.read_text())["machine"]["cpu"]
+
+
+def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_path):
+    """In its own process: the benchmark pins the process it runs in to one core."""
+    out = tmp_path / "fleet.json"
+    result = subprocess.run([sys.executable, "-m", "actorq.bench", "fleet", "--quick", "--learner-fps", "1000",
+                             "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    env, fp32, int8 = rows[:3]
+    assert env["precision"] == "env alone" and fp32["precision"] == "fp32" and int8["precision"].startswith("int8")
+    for row in (fp32, int8):
+        assert row["core_s_per_frame"] == pytest.approx(1 / row["actor_fps"])
+        assert row["ceiling_fps"] < env["actor_fps"]  # the policy costs time on top of the env
+    assert int8["payload_bytes"] < fp32["payload_bytes"] / 3 and int8["quantize_ms"] > 0
+    cores = {row["precision"]: row["actor_cores"] for row in rows[3:]}
+    assert cores["fp32"] == pytest.approx(1000 * fp32["core_s_per_frame"])

@@ -46,7 +46,8 @@ def trained_once(spec, quant: QuantSpec, **ppo_args) -> tuple[PPO, dict, list[di
 
     def watched(batch, clip):
         out = loss(batch, clip)
-        seen.append({"weight": batch["weight"].clone(), "ratio": out[2].clone(), "prox": batch["prox_log_prob"].clone()})
+        seen.append({"weight": batch["weight"].clone(), "ratio": out[2].clone(), "prox": batch["prox_log_prob"].clone(),
+                     "terms": {name: float(value) for name, value in out[1].items()}})
         return out
 
     learner._loss = watched
@@ -472,6 +473,26 @@ def test_planned_updates_and_the_annealed_clip_range_follow_the_rollouts():
         PPO(DISCRETE, epochs=0)
 
 
+def test_the_logged_losses_are_minibatch_means_and_the_clip_fractions_count_ratios_outside_the_range():
+    """Two epochs of four minibatches; a clip range so narrow that the second epoch's ratios
+    leave it more often than the first's (whose first minibatch has every ratio 1)."""
+    learner, terms, seen = trained_once(CONTINUOUS, QuantSpec(bits=32), clip_range=1e-4)
+    assert len(seen) == 8
+    for name in ("loss_policy", "loss_value", "entropy"):
+        assert float(terms[name]) == pytest.approx(sum(s["terms"][name] for s in seen) / 8, rel=1e-6)
+    outside = [float(((s["ratio"] - 1).abs() > 1e-4).sum()) for s in seen]
+    assert 0 < sum(outside[:4]) < sum(outside[4:])
+    assert float(terms["clip_fraction"]) == pytest.approx(sum(outside) / (2 * ENVS * STEPS))
+    assert float(terms["clip_fraction_first_epoch"]) == pytest.approx(sum(outside[:4]) / (ENVS * STEPS))
+    assert float(terms["clip_range"]) == pytest.approx(1e-4)
+
+
+def test_adam_takes_the_learners_epsilon():
+    learner = PPO(DISCRETE, hidden=(8,), adam_eps=1e-5)
+    attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=0)
+    assert learner.optimizers().optimizer.param_groups[0]["eps"] == 1e-5
+
+
 def test_the_clip_range_anneals_to_its_final_fraction_and_stays_there():
     learner = PPO(DISCRETE, hidden=(8,), epochs=1, minibatch_size=100, clip_range=0.2, clip_range_final_fraction=0.5)
     assert learner.current_clip_range() == pytest.approx(0.2)  # no run attached: the initial range
@@ -487,6 +508,9 @@ def test_the_clip_range_anneals_to_its_final_fraction_and_stays_there():
     attach_trainer(short, total_frames=100, frames_per_batch=100, policy_version=0)
     short.learner_steps = 1  # a run of one planned update ends at the final range
     assert short.planned_updates(100) == 1 and short.current_clip_range() == pytest.approx(0.0)
+    uneven = PPO(DISCRETE, hidden=(8,), epochs=1, minibatch_size=64)
+    attach_trainer(uneven, total_frames=1000, frames_per_batch=100, policy_version=0)
+    assert uneven.planned_updates(1000) == 10 * 2  # 2 minibatches (64 + 36) per batch of 100, not 1000 / 64
 
 
 def test_asynchronous_ppo_uses_vtrace_and_drops_rollouts_that_lag_too_far():

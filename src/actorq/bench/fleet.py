@@ -1,0 +1,199 @@
+"""What one frame of Atari costs the actor fleet: a convolutional policy's actor on one core,
+fp32 against int8, beside the env alone and the policy alone.
+
+``python -m actorq.bench fleet [--game breakout] [--trunks nature impala] [--envs 8]
+[--steps 200] [--learner-fps 2000 10000] [--quick] [--out FILE.json]``
+
+Everything runs in this process pinned to one core, with one torch thread and one emulator
+thread: an actor worker as a fleet of cheap CPU cores runs it. A frame is one agent step (4
+emulator frames, max-pooled, 84x84 grayscale, 4 stacked: :mod:`actorq.envs.atari`). Rows:
+
+- ``env``: the vectorized emulators alone, random actions;
+- per trunk and precision: ``infer_us`` (the policy alone, per frame, at the actor's batch of
+  ``--envs`` frames), ``actor_fps`` (env step, policy, sampled actions: the actor's loop),
+  ``ceiling_fps`` (what the loop would reach with no overhead: one over env plus inference),
+  ``core_s_per_frame`` (one over ``actor_fps``: the fleet's cost of a frame), ``payload_bytes``
+  (the policy's state as a push moves it) and ``quantize_ms`` (calibrating and converting the
+  int8 copy: the learner's cost per pushed version);
+- per learner speed in ``--learner-fps``: the actor cores it needs, fp32 and int8.
+
+The int8 copy is :func:`actorq.quant.conv.quantize_conv_policy`, calibrated on frames the
+random policy saw, with each engine this torch has timed and the faster one kept (the choice
+is the machine's, measured here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from actorq.algos.conv import PixelPolicy
+from actorq.bench._table import report, write_json
+from actorq.envs.atari import make_atari
+from actorq.quant._ao import ENGINES
+from actorq.quant.conv import quantize_conv_policy, serialized_bytes
+from actorq.run.learner_precision import cpu_fields, device_name
+
+CPU_FLAGS = ("avx2", "avx512_vnni", "avx512_bf16", "amx_int8")
+"""The CPU features that decide int8 and bf16 speed, reported with every run."""
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m actorq.bench fleet", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", default="breakout", help="ale-py ROM name")
+    parser.add_argument("--trunks", nargs="+", default=["nature", "impala"], help="convolutional trunks")
+    parser.add_argument("--envs", type=int, default=8, help="emulators per actor (its batch)")
+    parser.add_argument("--steps", type=int, default=200, help="loop steps per measurement (x envs frames)")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements per row (the median is kept)")
+    parser.add_argument("--learner-fps", type=float, nargs="*", default=[2000.0, 10000.0],
+                        help="learner speeds (frames/s) to size the fleet for")
+    parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
+    parser.add_argument("--out", default="bench-results/fleet.json", help="JSON output ('' for none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.trunks, args.envs, args.steps, args.repeats = args.trunks[:1], 2, 8, 1
+    if args.envs < 1 or args.steps < 1 or args.repeats < 1:
+        parser.error("--envs, --steps and --repeats must be positive")
+    return args
+
+
+def pin_to_one_core() -> int:
+    """Pins this process to the first core it may run on, with one torch thread; returns the core."""
+    core = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    return core
+
+
+def _median_time(run: Callable[[], None], repeats: int) -> float:
+    run()  # warm-up: allocations, packed weights, first emulator frames
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return float(np.median(times))
+
+
+def calibration_frames(env, steps: int) -> torch.Tensor:
+    """Frames the random policy sees, ``[steps * envs, 4, 84, 84]`` uint8."""
+    frames, _ = env.reset()
+    seen = [frames]
+    for _ in range(steps - 1):
+        frames, *_ = env.step(env.action_space.sample())
+        seen.append(frames)
+    return torch.from_numpy(np.concatenate(seen))
+
+
+def env_seconds(env, steps: int, repeats: int) -> float:
+    """Seconds per frame of the emulators alone, random actions."""
+    actions = [env.action_space.sample() for _ in range(steps)]
+
+    def run():
+        for action in actions:
+            env.step(action)
+    return _median_time(run, repeats) / (steps * env.num_envs)
+
+
+def inference_seconds(policy, frames: torch.Tensor, repeats: int) -> float:
+    """Seconds per frame of the policy alone at the batch of ``frames``."""
+    steps = 50
+
+    @torch.no_grad()
+    def run():
+        for _ in range(steps):
+            policy(frames)
+    return _median_time(run, repeats) / (steps * len(frames))
+
+
+def actor_seconds(env, policy, steps: int, repeats: int) -> float:
+    """Seconds per frame of the actor's loop: policy on the frames, actions sampled, env step."""
+    frames, _ = env.reset()
+
+    @torch.no_grad()
+    def run():
+        nonlocal frames
+        for _ in range(steps):
+            logits = policy(torch.from_numpy(frames))
+            actions = torch.distributions.Categorical(logits=logits).sample().numpy()
+            frames, *_ = env.step(actions)
+    return _median_time(run, repeats) / (steps * env.num_envs)
+
+
+def fastest_int8(policy, frames: torch.Tensor, batch: torch.Tensor, repeats: int) -> tuple[torch.nn.Module, str, float]:
+    """The int8 copy on the engine whose inference is fastest here, that engine, and the
+    milliseconds its quantization took."""
+    best = None
+    for engine in ENGINES:
+        if engine not in ("x86", "fbgemm", "onednn"):
+            continue
+        started = time.perf_counter()
+        int8 = quantize_conv_policy(policy, frames, engine=engine)
+        quantize_ms = 1000 * (time.perf_counter() - started)
+        seconds = inference_seconds(int8, batch, repeats)
+        if best is None or seconds < best[3]:
+            best = (int8, engine, quantize_ms, seconds)
+    if best is None:
+        raise RuntimeError(f"no x86 or onednn int8 engine in this torch build ({', '.join(ENGINES)})")
+    return best[:3]
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    core = pin_to_one_core()
+    env = make_atari(args.game, args.envs, seed=0)
+    frames = calibration_frames(env, max(8, 256 // args.envs))
+    batch = frames[: args.envs]
+    env_s = env_seconds(env, args.steps, args.repeats)
+    flags = set(cpu_fields().get("flags", "").split())
+    cpu = f"{device_name('cpu')}; {' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)}"
+    rows = [{"trunk": "-", "precision": "env alone", "infer_us": 0.0, "actor_fps": 1 / env_s,
+             "ceiling_fps": 1 / env_s, "core_s_per_frame": env_s, "payload_bytes": 0, "quantize_ms": 0.0,
+             "engine": "-", "core": core, "cpu": cpu}]
+    for trunk in args.trunks:
+        torch.manual_seed(0)
+        fp32 = PixelPolicy(trunk, frames.shape[1], env.single_action_space.n).eval()
+        int8, engine, quantize_ms = fastest_int8(fp32, frames, batch, args.repeats)
+        for precision, policy, cost_ms in (("fp32", fp32, 0.0), (f"int8 static ({engine})", int8, quantize_ms)):
+            infer_s = inference_seconds(policy, batch, args.repeats)
+            actor_s = actor_seconds(env, policy, args.steps, args.repeats)
+            rows.append({"trunk": trunk, "precision": precision, "infer_us": 1e6 * infer_s, "actor_fps": 1 / actor_s,
+                         "ceiling_fps": 1 / (env_s + infer_s), "core_s_per_frame": actor_s,
+                         "payload_bytes": serialized_bytes(policy), "quantize_ms": cost_ms,
+                         "engine": engine if precision != "fp32" else "-", "core": core, "cpu": cpu})
+    env.close()
+    return rows
+
+
+def fleet_rows(rows: list[dict], learner_fps: list[float]) -> list[dict]:
+    """The actor cores a learner of each speed needs, per trunk and precision: its frames/s
+    times the core-seconds a frame costs."""
+    return [{"learner_fps": speed, "trunk": row["trunk"], "precision": row["precision"],
+             "actor_cores": speed * row["core_s_per_frame"]}
+            for speed in learner_fps for row in rows if row["trunk"] != "-"]
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = _parse(argv)
+    rows = measure(args)
+    speedups = {}
+    for row in rows:
+        fp32 = next((r for r in rows if r["trunk"] == row["trunk"] and r["precision"] == "fp32"), None)
+        speedups[id(row)] = fp32["core_s_per_frame"] / row["core_s_per_frame"] if fp32 else 1.0
+    table = [{**{k: v for k, v in row.items() if k not in ("core", "cpu")}, "vs_fp32": speedups[id(row)]}
+             for row in rows]
+    fleet = fleet_rows(rows, args.learner_fps)
+    title = f"fleet: {args.game}, {args.envs} envs per actor, one core ({rows[0]['cpu']})"
+    report(title, table, out=None)
+    report("fleet: actor cores per learner speed", fleet, out=None)
+    if args.out:
+        write_json(title, table + fleet, args.out)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

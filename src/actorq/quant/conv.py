@@ -1,0 +1,60 @@
+"""Static int8 copies of convolutional policies (torch.ao's FX graph mode).
+
+Convolutions and linear layers get per-channel int8 weights, a convolution or linear layer
+followed by a ReLU is fused into one kernel, residual adds run on int8 tensors, and the
+activation ranges are calibrated on frames the policy sees. What the engine's default recipe
+does for each op is torch.ao's (``get_default_qconfig_mapping``); the engine is a choice
+(``x86``: fbgemm's AVX2/AVX-512 kernels; ``onednn``: also AMX tiles).
+
+Example:
+    >>> from actorq.algos.conv import PixelPolicy
+    >>> _ = torch.manual_seed(0)
+    >>> policy = PixelPolicy("nature", 4, num_actions=4).eval()
+    >>> frames = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    >>> int8 = quantize_conv_policy(policy, frames)
+    >>> int8(frames).shape, serialized_bytes(int8) < serialized_bytes(policy) / 3
+    (torch.Size([16, 4]), True)
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import torch
+from torch import nn
+from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+from actorq.quant._ao import DEFAULT_ENGINE, packing_engine
+
+CALIBRATION_CHUNK = 64
+"""Frames per calibration forward (what the observers see at once does not change the ranges)."""
+
+
+@torch.no_grad()
+def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = DEFAULT_ENGINE) -> nn.Module:
+    """A static int8 copy of ``policy`` (frames in, float out), its activation ranges
+    calibrated on ``frames`` ``[N, C, H, W]`` (uint8). ``policy`` itself is left as it was.
+
+    Raises:
+        ValueError: for no calibration frames, or an engine this torch build lacks.
+    """
+    if len(frames) == 0:
+        raise ValueError("an int8 copy needs calibration frames; got none")
+    if engine not in torch.backends.quantized.supported_engines:
+        raise ValueError(f"quantized engine {engine!r} is not in this torch build "
+                         f"({', '.join(torch.backends.quantized.supported_engines)})")
+    model = copy.deepcopy(policy).eval()
+    with packing_engine(engine):
+        prepared = prepare_fx(model, get_default_qconfig_mapping(engine), example_inputs=(frames[:1],))
+        for chunk in frames.split(CALIBRATION_CHUNK):
+            prepared(chunk)
+        return convert_fx(prepared)
+
+
+def serialized_bytes(module: nn.Module) -> int:
+    """Bytes of ``module``'s state as ``torch.save`` writes it: what a push of it moves."""
+    buffer = io.BytesIO()
+    torch.save(module.state_dict(), buffer)
+    return buffer.getbuffer().nbytes
