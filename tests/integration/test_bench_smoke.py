@@ -121,7 +121,7 @@ def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     env, fp32, int8 = rows[:3]
-    assert env["precision"] == "env alone" and fp32["precision"] == "fp32" and int8["precision"].startswith("int8")
+    assert env["precision"] == "env alone (ale)" and fp32["precision"] == "fp32" and int8["precision"].startswith("int8")
     for row in (fp32, int8):
         assert row["core_s_per_frame"] == pytest.approx(1 / row["actor_fps"])
         assert row["ceiling_fps"] < env["actor_fps"]  # the policy costs time on top of the env

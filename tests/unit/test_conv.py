@@ -67,3 +67,25 @@ def test_the_int8_copy_fuses_conv_relu_quantizes_per_channel_and_stays_close_on_
     assert torch.equal(policy(held_out), fp32_logits)  # the policy itself is left as it was
     with pytest.raises(ValueError, match="needs calibration frames"):
         quantize_conv_policy(policy, breakout_frames[:0])
+
+
+def test_activations_get_8_bits_where_this_cpus_kernels_sum_them_exactly(breakout_frames):
+    """torch.ao's x86 recipe keeps activations to 7 bits; where the kernels do not saturate
+    (AVX-512 VNNI), 8 bits are exact and halve the error, and that is what the copy uses."""
+    if "x86" not in torch.backends.quantized.supported_engines:
+        pytest.skip("no x86 int8 engine in this torch build")
+    from actorq.quant._ao import saturates_full_range
+
+    torch.manual_seed(0)
+    policy = PixelPolicy("impala", 4, num_actions=4).eval()
+    calibration, held_out = breakout_frames[:192], breakout_frames[192:]
+    with torch.no_grad():
+        reference = policy(held_out)
+        outputs = {bits: quantize_conv_policy(policy, calibration, "x86", full_range=bits == 8)(held_out)
+                   for bits in (7, 8)}
+        chosen = quantize_conv_policy(policy, calibration, "x86")(held_out)
+    exact = not saturates_full_range("x86")
+    assert torch.equal(chosen, outputs[8 if exact else 7])
+    if exact:
+        error = {bits: float((out - reference).abs().mean()) for bits, out in outputs.items()}
+        assert error[8] < 0.75 * error[7], error

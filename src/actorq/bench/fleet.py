@@ -2,13 +2,17 @@
 fp32 against int8, beside the env alone and the policy alone.
 
 ``python -m actorq.bench fleet [--game breakout] [--trunks nature impala] [--envs 8]
-[--steps 200] [--learner-fps 2000 10000] [--quick] [--out FILE.json]``
+[--steps 200] [--env-impls ale gymnasium] [--learner-fps 2000 10000] [--quick] [--out FILE.json]``
 
 Everything runs in this process pinned to one core, with one torch thread and one emulator
 thread: an actor worker as a fleet of cheap CPU cores runs it. A frame is one agent step (4
 emulator frames, max-pooled, 84x84 grayscale, 4 stacked: :mod:`actorq.envs.atari`). Rows:
 
-- ``env``: the vectorized emulators alone, random actions;
+- ``env alone``: the emulators alone, random actions, for each of ``--env-impls``: ``ale``
+  (ale-py's vector env, preprocessing in C++: what the actors run) and ``gymnasium`` (one
+  gymnasium env per emulator with ``AtariPreprocessing`` and ``FrameStackObservation``, stepped
+  in turn by ``SyncVectorEnv``; it needs OpenCV, ``pip install opencv-python-headless``, and
+  lacks fire-reset and episodic life, which cost nothing per step);
 - per trunk and precision: ``infer_us`` (the policy alone, per frame, at the actor's batch of
   ``--envs`` frames), ``actor_fps`` (env step, policy, sampled actions: the actor's loop),
   ``ceiling_fps`` (what the loop would reach with no overhead: one over env plus inference),
@@ -50,6 +54,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--envs", type=int, default=8, help="emulators per actor (its batch)")
     parser.add_argument("--steps", type=int, default=200, help="loop steps per measurement (x envs frames)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per row (the median is kept)")
+    parser.add_argument("--env-impls", nargs="+", default=["ale"], choices=sorted(ENV_IMPLS),
+                        help="emulator paths timed alone (the actor loop runs the first)")
     parser.add_argument("--learner-fps", type=float, nargs="*", default=[2000.0, 10000.0],
                         help="learner speeds (frames/s) to size the fleet for")
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
@@ -60,6 +66,28 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.envs < 1 or args.steps < 1 or args.repeats < 1:
         parser.error("--envs, --steps and --repeats must be positive")
     return args
+
+
+def gymnasium_atari(game: str, num_envs: int, seed: int = 0):
+    """One gymnasium env per emulator with the usual per-env wrappers, stepped in turn."""
+    import ale_py
+    import gymnasium as gym
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    gym.register_envs(ale_py)
+    name = "ALE/" + "".join(part.title() for part in game.split("_")) + "-v5"
+
+    def make():
+        env = gym.make(name, frameskip=1, repeat_action_probability=0.0)
+        return FrameStackObservation(AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84), 4)
+
+    env = gym.vector.SyncVectorEnv([make for _ in range(num_envs)])
+    env.reset(seed=seed)
+    return env
+
+
+ENV_IMPLS = {"ale": lambda game, envs: make_atari(game, envs, seed=0), "gymnasium": gymnasium_atari}
+"""The emulator paths the benchmark can time: name -> (game, envs) -> a vector env."""
 
 
 def pin_to_one_core() -> int:
@@ -145,15 +173,19 @@ def fastest_int8(policy, frames: torch.Tensor, batch: torch.Tensor, repeats: int
 
 def measure(args: argparse.Namespace) -> list[dict]:
     core = pin_to_one_core()
-    env = make_atari(args.game, args.envs, seed=0)
-    frames = calibration_frames(env, max(8, 256 // args.envs))
-    batch = frames[: args.envs]
-    env_s = env_seconds(env, args.steps, args.repeats)
     flags = set(cpu_fields().get("flags", "").split())
     cpu = f"{device_name('cpu')}; {' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)}"
-    rows = [{"trunk": "-", "precision": "env alone", "infer_us": 0.0, "actor_fps": 1 / env_s,
-             "ceiling_fps": 1 / env_s, "core_s_per_frame": env_s, "payload_bytes": 0, "quantize_ms": 0.0,
-             "engine": "-", "core": core, "cpu": cpu}]
+    rows = []
+    for impl in args.env_impls[::-1]:  # the actors' own last: its env stays open for the loop
+        env = ENV_IMPLS[impl](args.game, args.envs)
+        env_s = env_seconds(env, args.steps, args.repeats)
+        rows.insert(0, {"trunk": "-", "precision": f"env alone ({impl})", "infer_us": 0.0, "actor_fps": 1 / env_s,
+                        "ceiling_fps": 1 / env_s, "core_s_per_frame": env_s, "payload_bytes": 0, "quantize_ms": 0.0,
+                        "engine": "-", "core": core, "cpu": cpu})
+        if impl != args.env_impls[0]:
+            env.close()
+    frames = calibration_frames(env, max(8, 256 // args.envs))
+    batch = frames[: args.envs]
     for trunk in args.trunks:
         torch.manual_seed(0)
         fp32 = PixelPolicy(trunk, frames.shape[1], env.single_action_space.n).eval()
