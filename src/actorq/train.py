@@ -392,8 +392,11 @@ def describe_result(summary: dict) -> str:
 
 
 def describe_outputs(cfg: DictConfig) -> str:
+    """Where the run's files are, and the commands that use them next."""
     run_dir = Path(cfg.run_dir)
-    return (
-        f"TensorBoard logs: {run_dir / 'tb'}  (tensorboard --logdir {run_dir})\n"
-        f"Summary: {run_dir / 'summary.json'}"
-    )
+    lines = [f"TensorBoard logs: {run_dir / 'tb'}  (tensorboard --logdir {run_dir})",
+             f"Summary: {run_dir / 'summary.json'}"]
+    if (run_dir / "checkpoints" / "last.ckpt").exists():
+        lines += ["Next: python -m actorq.evaluate " + f"{run_dir} episodes=10 video=true    (score and video)",
+                  f"      python -m actorq.export {run_dir / 'checkpoints' / 'last.ckpt'} policy.pt    (one TorchScript file)"]
+    return "\n".join(lines)

@@ -77,11 +77,28 @@ class Agent:
         A numpy observation gives a numpy action, a tensor a tensor; discrete actions are
         integer indices.
         """
+        return self._run(greedy(self.network, self.spec.discrete), observation)
+
+    def predict(self, observation: np.ndarray | torch.Tensor, deterministic: bool = True
+                ) -> tuple[np.ndarray | torch.Tensor, None]:
+        """Stable-Baselines3's call: ``(action, None)`` for one observation or a batch.
+
+        ``deterministic=True`` is :meth:`act`. With ``False`` a stochastic policy (PPO, SAC)
+        samples its action; a Q-network or a deterministic actor has no distribution and gives
+        its greedy action either way (as SB3's TD3 does; SB3's DQN would act epsilon-greedy).
+        The ``None`` stands for a recurrent state, which no actorq policy has.
+        """
+        if deterministic or not hasattr(self.network, "sample"):
+            return self.act(observation), None
+        return self._run(self.network.sample, observation), None
+
+    def _run(self, policy, observation: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """``policy`` on ``observation`` (one or a batch), numpy in numpy out, tensor in tensor out."""
         as_numpy = not isinstance(observation, torch.Tensor)
         obs = torch.as_tensor(np.asarray(observation), dtype=torch.float32) if as_numpy else observation.float()
         single = obs.dim() == 1
         with torch.no_grad():
-            action = greedy(self.network, self.spec.discrete)(obs.unsqueeze(0) if single else obs)
+            action = policy(obs.unsqueeze(0) if single else obs)
         action = action.squeeze(0) if single else action
         return action.numpy() if as_numpy else action
 

@@ -1,0 +1,17 @@
+"""What a finished run tells its user: where its files are and, when it left a checkpoint, the
+commands that use it next."""
+
+from omegaconf import OmegaConf
+
+from actorq.train import describe_outputs
+
+
+def test_a_run_with_a_checkpoint_names_the_commands_that_use_it_next(tmp_path):
+    cfg = OmegaConf.create({"run_dir": str(tmp_path)})
+    assert "Next:" not in describe_outputs(cfg)  # callbacks=no_checkpoint: nothing to evaluate or export
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    lines = describe_outputs(cfg).splitlines()
+    assert lines[0].startswith("TensorBoard logs: ") and lines[1] == f"Summary: {tmp_path / 'summary.json'}"
+    assert f"python -m actorq.evaluate {tmp_path} episodes=10 video=true" in lines[2]
+    assert f"python -m actorq.export {tmp_path / 'checkpoints' / 'last.ckpt'} policy.pt" in lines[3]
