@@ -8,7 +8,8 @@ swapping the backend means rewriting this file only. Three parts:
   observers a :class:`~actorq.quant.spec.QuantSpec` names, or ``quantize_dynamic``), and the
   plain codes and qparams: read from the calibrated observers (static, what ``convert``
   computes without packing the weights) or from the converted modules (dynamic);
-* worker side: quantized modules rebuilt from plain ``int8`` codes and float scales.
+* worker side: quantized modules rebuilt from plain ``int8`` codes and float scales;
+* convolutional policies: FX graph-mode static int8 (:func:`convert_static_fx`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ with warnings.catch_warnings():
     import torch.ao.quantization as tq
     from torch.ao.nn.quantized.modules.utils import _quantize_weight
     from torch.ao.quantization import observer as tqo
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 if TYPE_CHECKING:
     from actorq.quant.spec import QuantSpec
@@ -427,3 +429,30 @@ def quantize_input(scale: float, zero_point: int) -> nn.Module:
 
 def dequantize() -> nn.Module:
     return nnq.DeQuantize()
+
+
+# ---------------------------------------------------------------------------- FX graph mode
+
+REDUCED_RANGE_ENGINES = ("x86", "fbgemm")
+"""Engines whose default recipe keeps activations to 7 bits (``reduce_range``)."""
+
+
+def fx_qconfig_mapping(engine: str, full_range: bool) -> tq.QConfigMapping:
+    """torch.ao's default FX recipe for ``engine`` (per-channel weights, histogram-calibrated
+    activations), its activations on 8 bits if ``full_range`` (onednn's recipe has them anyway)."""
+    mapping = tq.get_default_qconfig_mapping(engine)
+    if full_range and engine in REDUCED_RANGE_ENGINES:
+        mapping.set_global(tq.QConfig(activation=tqo.HistogramObserver.with_args(reduce_range=False),
+                                      weight=tqo.default_per_channel_weight_observer))
+    return mapping
+
+
+def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine: str, full_range: bool) -> nn.Module:
+    """``model`` (changed in place) traced, observed on each batch of ``calibration`` and
+    converted to static int8 for ``engine``: conv/linear + ReLU fused, per-channel weights,
+    quantized adds."""
+    with packing_engine(engine):
+        prepared = prepare_fx(model, fx_qconfig_mapping(engine, full_range), example_inputs=(calibration[0][:1],))
+        for batch in calibration:
+            prepared(batch)
+        return convert_fx(prepared)

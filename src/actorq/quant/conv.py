@@ -28,14 +28,8 @@ import io
 
 import torch
 from torch import nn
-from torch.ao.quantization import (QConfig, QConfigMapping, HistogramObserver, default_per_channel_weight_observer,
-                                   get_default_qconfig_mapping)
-from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-from actorq.quant._ao import DEFAULT_ENGINE, packing_engine, saturates_full_range
-
-REDUCED_RANGE_ENGINES = ("x86", "fbgemm")
-"""Engines whose default recipe keeps activations to 7 bits (``reduce_range``)."""
+from actorq.quant._ao import DEFAULT_ENGINE, convert_static_fx, saturates_full_range
 
 CALIBRATION_CHUNK = 64
 """Frames per calibration forward (what the observers see at once does not change the ranges)."""
@@ -59,26 +53,9 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
     if engine not in torch.backends.quantized.supported_engines:
         raise ValueError(f"quantized engine {engine!r} is not in this torch build "
                          f"({', '.join(torch.backends.quantized.supported_engines)})")
-    model = copy.deepcopy(policy).eval()
-    with packing_engine(engine):
-        prepared = prepare_fx(model, qconfig_mapping(engine, full_range), example_inputs=(frames[:1],))
-        for chunk in frames.split(CALIBRATION_CHUNK):
-            prepared(chunk)
-        return convert_fx(prepared)
-
-
-def qconfig_mapping(engine: str, full_range: bool | None = None) -> QConfigMapping:
-    """torch.ao's default recipe for ``engine``, its activations on 8 bits where asked (or,
-    for ``None``, where :func:`~actorq.quant._ao.saturates_full_range` finds it exact)."""
-    mapping = get_default_qconfig_mapping(engine)
-    if engine not in REDUCED_RANGE_ENGINES:
-        return mapping
     if full_range is None:
         full_range = not saturates_full_range(engine)
-    if full_range:
-        mapping.set_global(QConfig(activation=HistogramObserver.with_args(reduce_range=False),
-                                   weight=default_per_channel_weight_observer))
-    return mapping
+    return convert_static_fx(copy.deepcopy(policy).eval(), list(frames.split(CALIBRATION_CHUNK)), engine, full_range)
 
 
 def serialized_bytes(module: nn.Module) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from typing import TYPE_CHECKING
 
-from actorq.run.checks import AUTO
+from actorq.util.values import AUTO
 from actorq.util.errors import ConfigError
 from actorq.quant import _ao, codecs
 

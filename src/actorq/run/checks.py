@@ -30,6 +30,7 @@ from functools import cache
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from actorq.util.errors import ConfigError
+from actorq.util.values import AUTO, is_int  # noqa: F401  (read from here too)
 
 TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logger", "trainer", "seed",
                   "run_dir", "eval", "checkpoint", "ckpt_path", "hydra"}
@@ -41,8 +42,6 @@ BOOLEANS = ("actors.restart_on_failure", "actors.lean_envs", "replay.prioritized
             "replay.checkpoint", "algo.double", "algo.batch_critics", "algo.critic_layer_norm", "algo.compile_losses")
 ACTOR_BACKENDS = ("process", "ray")
 COLLECTIONS = ("auto", "async", "lockstep")  # auto: by the learner's family (actorq.train)
-AUTO = "auto"
-"""The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""
 # "auto" (actorq.run.learner_precision) and what lightning.Trainer accepts
 TRAINER_PRECISIONS = (AUTO, "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true",
                       "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64)
@@ -318,11 +317,6 @@ def _select(cfg: DictConfig, key: str):
             return None
         node = node[part]
     return node
-
-
-def is_int(value: object) -> bool:
-    """An integer config value (YAML's ``true`` is a bool, not an integer)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 REPLACED_SPELLINGS = {

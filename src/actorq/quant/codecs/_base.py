@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from actorq.run.checks import AUTO, is_int
+from actorq.util.values import AUTO, is_int
 from actorq.util.errors import ConfigError
 from actorq.quant.codecs._parts import stored_weights
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
