@@ -1,15 +1,19 @@
 """actorq: reinforcement learning with quantized actors and a full-precision learner.
 
-``actorq.load(run_dir)`` returns a trained run's greedy policy (:func:`actorq.tools.agent.load`);
-it is imported on first use, so ``import actorq`` stays cheap.
+``actorq.config(*overrides)`` composes and checks a run's config as the command line does
+(:func:`actorq.run.compose.config`), for ``actorq.train.train``; ``actorq.load(run_dir)``
+returns a trained run's policy (:func:`actorq.tools.agent.load`). Each is imported on first
+use, so ``import actorq`` stays cheap.
 """
 
-__all__ = ["Agent", "load"]
+__all__ = ["Agent", "config", "load"]
+
+_HOMES = {"Agent": "actorq.tools.agent", "load": "actorq.tools.agent", "config": "actorq.run.compose"}
 
 
 def __getattr__(name: str):
-    if name in __all__:
-        from actorq.tools import agent
+    if name in _HOMES:
+        import importlib
 
-        return getattr(agent, name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'actorq' has no attribute {name!r}")

@@ -13,10 +13,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_the_readme_python_example_trains_loads_and_acts(tmp_path):
     example = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
-    overrides = '"run_dir=runs/dqn"]'
+    overrides = '"run_dir=runs/dqn")'
     assert overrides in example
     script = tmp_path / "example.py"
-    script.write_text(example.replace(overrides, '"run_dir=runs/dqn", ' + ", ".join(f'"{o}"' for o in TINY) + "]"))
+    script.write_text(example.replace(overrides, '"run_dir=runs/dqn", ' + ", ".join(f'"{o}"' for o in TINY) + ")"))
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     final_return, action = result.stdout.split()[-2:]
