@@ -284,9 +284,7 @@ class Experience(L.LightningDataModule):
         positions = ran.nonzero()
         if not len(positions):
             return None
-        worker = rollout["worker"][:, 0] if "worker" in rollout.keys() else torch.zeros(rollout.shape[0])
-        if "segment" in rollout.keys():  # a gathered round: a worker's batches apart
-            worker = worker * rollout.shape[0] + rollout["segment"][:, 0]
+        worker = _actor_batch_of_rows(rollout)
         network, errors = self.actor_policy.network, []
         for row, t in positions[torch.randperm(len(positions))[:LOG_PROB_CHECK_STEPS]].tolist():
             rows = (worker == worker[row]).nonzero().squeeze(-1)  # the actors' batch of this step
@@ -314,7 +312,7 @@ class Experience(L.LightningDataModule):
             if bool((versions > probe.policy_version).all()):  # the actors are past it
                 self._output_probe = None
             return
-        worker = steps["worker"][:, 0] if "worker" in steps.keys() else torch.zeros(steps.shape[0])
+        worker = _actor_batch_of_rows(steps)
         errors = []
         for row, t in _one_row_per_worker_step(ran, worker)[:OUTPUT_CHECK_STEPS]:
             rows = (worker == worker[row]).nonzero().squeeze(-1)  # the actors' batch of this step
@@ -536,6 +534,16 @@ def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:
     except (ValueError, TypeError) as error:
         name = getattr(getattr(factory, "func", factory), "__name__", "?")
         raise ConfigError(f"{name}: {error}") from error
+
+
+def _actor_batch_of_rows(steps: TensorDictBase) -> torch.Tensor:
+    """For each row of ``steps`` ``[rows, T]``, a number shared by the rows the actors stepped
+    together: the worker that recorded it (all rows one worker's when none is recorded), and in
+    a gathered round which of that worker's batches it is."""
+    worker = steps["worker"][:, 0] if "worker" in steps.keys() else torch.zeros(steps.shape[0])
+    if "segment" in steps.keys():  # a gathered round: a worker's batches apart
+        worker = worker * steps.shape[0] + steps["segment"][:, 0]
+    return worker
 
 
 def _one_row_per_worker_step(ran: torch.Tensor, worker: torch.Tensor) -> list[tuple[int, int]]:
