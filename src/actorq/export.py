@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from actorq.tools.agent import learner_from_config, payload_format, saved_actors_network
-from actorq.data.experience import CALIBRATION_OBSERVATIONS
+from actorq.experience import CALIBRATION_OBSERVATIONS
 from actorq.envs import make_env, random_observations
 from actorq.util.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec

@@ -21,136 +21,27 @@ import logging
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import lightning as L
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from actorq.actors.policy import RECORDS, actor_policy
+from actorq.actors.policy import actor_policy
 from actorq.actors.processes import start_fork_server
-from actorq.algos.base import EXPERIENCE_KINDS, check_policy_network
 from actorq.util.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
+from actorq.run.build import build, build_learner, resolve_cadence, resolve_collection
 from actorq.run.checks import check_run_config
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
-from actorq.util.errors import ConfigError
-from actorq.data.experience import Experience
+from actorq.experience import Experience
 from actorq.run.learner_precision import resolve_learner_precision
-from actorq.run.parallel import launched_rank, strategy
+from actorq.data.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
 from actorq.run.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
 log = logging.getLogger(__name__)
 # Lightning's pytree helper trips a deprecation of torch's on every fit; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-
-
-def build(node: DictConfig, **kwargs: Any) -> Any:
-    """Instantiates one ``_target_`` node, logging it; bad values become a ``ConfigError``."""
-    target = node.get("_target_", "?")
-    log.debug("Instantiating <%s>", target)
-    try:
-        return instantiate(node, **kwargs)
-    except InstantiationException as error:
-        cause = error.__cause__
-        if isinstance(cause, ConfigError):
-            raise ConfigError(str(cause)) from cause
-        if isinstance(cause, (ValueError, TypeError, MisconfigurationException)):
-            raise ConfigError(f"{target.rsplit('.', 1)[-1]}: {cause}") from cause
-        raise
-
-
-def build_learner(node: DictConfig, spec: EnvSpec, env_name: str):
-    """The learner, complete: checked against the env's action space and the policy contract."""
-    make_learner = build(node)
-    algo_cls = make_learner.func
-    if algo_cls.action_space != "any" and (algo_cls.action_space == "discrete") != spec.discrete:
-        has = "discrete" if spec.discrete else "continuous"
-        raise ConfigError(
-            f"{algo_cls.__name__} needs {algo_cls.action_space} actions but {env_name} has "
-            f"{has} actions; pick an algorithm for {has} actions"
-        )
-    try:
-        learner = make_learner(spec=spec)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"{algo_cls.__name__}: {error}") from error
-    check_policy_network(learner.behaviour_network, stochastic=learner.stochastic)
-    check_declared_needs(learner)
-    return learner
-
-
-def check_declared_needs(learner) -> None:
-    """A learner's declared experience kind and records are ones the pipeline provides."""
-    name = type(learner).__name__
-    if learner.experience_kind not in EXPERIENCE_KINDS:
-        raise ConfigError(f"{name}.experience_kind must be one of {list(EXPERIENCE_KINDS)}, "
-                          f"got {learner.experience_kind!r}")
-    unknown = [record for record in learner.records if record not in RECORDS]
-    if unknown:
-        raise ConfigError(f"{name}.records asks the actors for {unknown}; they record {list(RECORDS)}")
-
-
-def resolve_collection(cfg: DictConfig, learner) -> None:
-    """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
-    collected with the policy it just published), asynchronous collection for an off-policy
-    one; an on-policy learner is told which it gets (``learner.asynchronous``).
-    ``actors.gather=null``: asynchronous rollouts are gathered in rounds of every worker's
-    batch (:func:`actorq.actors.base.gather_rounds`), other batches go alone. An on-policy
-    run takes one learner rank, and a learner precision named, not timed."""
-    if cfg.actors.get("collection", "auto") == "auto":
-        cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
-    if cfg.actors.get("gather") is None:  # asynchronous rollouts: a round of every worker's, as they arrive
-        rounds = learner.experience_kind == "rollout" and cfg.actors.collection == "async"
-        cfg.actors.gather = cfg.actors.get("num_workers", 1) if rounds else 1
-    if learner.experience_kind != "rollout":
-        return
-    learner.asynchronous = cfg.actors.collection == "async"
-    name = type(learner).__name__
-    if cfg.trainer.get("devices", 1) != 1:
-        raise ConfigError(f"{name} is an on-policy learner: one learner rank only (trainer.devices=1)")
-    if cfg.trainer.get("precision") == "auto":
-        raise ConfigError(f"trainer.precision=auto times off-policy updates; {name} is on-policy: "
-                          "set trainer.precision=32-true or bf16-mixed")
-
-
-def resolve_cadence(cfg: DictConfig, learner) -> None:
-    """The learner family's push cadence and random frames where the run leaves them null:
-    ``callbacks.broadcast.every_n_steps`` from ``learner.push_every_n_steps`` and
-    ``actors.init_random_frames`` from ``learner.init_random_frames``.
-
-    An on-policy run that sets them otherwise is refused (:func:`check_on_policy_cadence`).
-    """
-    broadcast = cfg.callbacks.get("broadcast")
-    if cfg.actors.get("init_random_frames") is None:
-        cfg.actors.init_random_frames = learner.init_random_frames
-    if broadcast is not None and "every_n_steps" in broadcast and broadcast.every_n_steps is None:
-        broadcast.every_n_steps = learner.push_every_n_steps
-    if learner.experience_kind == "rollout":
-        check_on_policy_cadence(cfg, learner)
-
-
-def check_on_policy_cadence(cfg: DictConfig, learner) -> None:
-    """An on-policy learner's math assumes the actors ran its own policy: random first frames
-    (they have no log-probability), no push, a push less often than after every rollout, or
-    a warm-up before the first push (a later push has the actors run a policy the learner
-    already left behind) are refused."""
-    broadcast = cfg.callbacks.get("broadcast")
-    name = type(learner).__name__
-    if cfg.actors.init_random_frames:
-        raise ConfigError(f"{name} learns from the actors' own policy: set actors.init_random_frames=0 "
-                          f"(got {cfg.actors.init_random_frames}; random actions have no log-probability)")
-    if broadcast is None:
-        raise ConfigError(f"{name} learns from the policy its actors run: it needs callbacks.broadcast "
-                          "to push it after every rollout")
-    for key, value in (("every_n_steps", learner.push_every_n_steps), ("warmup_steps", 0)):
-        if broadcast.get(key, value) != value:
-            raise ConfigError(f"{name} pushes its policy after every rollout: leave callbacks.broadcast.{key} "
-                              f"at {value} (got {broadcast[key]}; the actors would run a policy the learner "
-                              "left behind)")
 
 
 def train(cfg: DictConfig) -> tuple[dict, dict]:
@@ -249,23 +140,8 @@ def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | No
     return experience
 
 
-def check_job(cfg: DictConfig) -> None:
-    """What a sweep checks of each of its jobs before the first one starts
-    (:mod:`actorq.sweep`): the run config, and every object ``train`` builds before its actors
-    start, built and dropped; nothing is written and no process is started. Raises
-    :class:`~actorq.util.errors.ConfigError`."""
-    check_run_config(cfg)
-    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
-    learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
-    resolve_collection(cfg, learner)
-    resolve_cadence(cfg, learner)
-    for node in [*cfg.callbacks.values(), cfg.quant, cfg.actors, cfg.replay]:
-        if node is not None:
-            build(node)
-
-
 def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str | None) -> tuple[dict, dict]:
-    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.run.parallel`): the same
+    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.data.parallel`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
     experience = connect_experience(cfg, learner, actor_policy=None)

@@ -9,10 +9,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from actorq.actors import actor_pool
 from actorq.algos.base import Exploration
-from actorq.run.clock import FrameClock
+from actorq.util.clock import FrameClock
 from actorq.envs import make_env
 from actorq.util.errors import ConfigError
-from actorq.data.experience import Experience
+from actorq.experience import Experience
 from actorq.data.replay import transition_template
 from actorq.data.replay.prioritized import PrioritizedReplay
 from actorq.data.replay.shared import SharedReplay

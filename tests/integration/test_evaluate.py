@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_module
 
 import actorq
 from actorq import evaluate, export
-from actorq.data.experience import CALIBRATION_OBSERVATIONS
+from actorq.experience import CALIBRATION_OBSERVATIONS
 from actorq.evaluate import play
 from actorq.quant import QuantizedNetwork, QuantSpec
 from actorq.run.resume import read_checkpoint

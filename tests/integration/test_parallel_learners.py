@@ -19,7 +19,7 @@ import psutil
 import torch
 from tensordict import TensorDict
 
-from actorq.run.parallel import pack, split, unpack
+from actorq.data.parallel import pack, split, unpack
 from actorq.data.replay.base import Sample
 from tests.helpers import scalars, still_running
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from actorq.train import check_job, train
+from actorq.run.build import check_job
+from actorq.train import train
 from tests.conftest import TINY_ON_POLICY
 from tests.helpers import scalars
 

@@ -15,7 +15,7 @@ from actorq.actors.policy import actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.algos.ppo import PPO
-from actorq.data.experience import CALIBRATION_OBSERVATIONS, Experience
+from actorq.experience import CALIBRATION_OBSERVATIONS, Experience
 from actorq.data.replay.factory import transition_template
 from actorq.envs import make_env
 from actorq.quant import QuantSpec

@@ -15,11 +15,11 @@ from tensordict import TensorDict
 from actorq.actors.policy import actor_policy
 from actorq.algos.networks import CategoricalPolicy, DeterministicActor, GaussianActor, GaussianPolicy, QNetwork
 from actorq.algos.ppo import PPO
-from actorq.data.experience import Experience
+from actorq.experience import Experience
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, policy_divergence
 from actorq.actors.ray_pool import idle_keys
-from actorq.run.clock import FrameClock
+from actorq.util.clock import FrameClock
 from actorq.util.errors import ConfigError
 
 CONTINUOUS = EnvSpec(obs_dim=5, discrete=False, action_dim=2, action_low=(-2.0, -2.0), action_high=(2.0, 2.0))

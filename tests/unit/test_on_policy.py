@@ -209,7 +209,7 @@ def test_gathered_rounds_merge_batches_as_they_arrive_and_number_a_workers_batch
 def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message):
     from omegaconf import OmegaConf
 
-    from actorq.train import resolve_collection
+    from actorq.run.build import resolve_collection
     from actorq.util.errors import ConfigError
 
     cfg = OmegaConf.merge({"actors": {"collection": "auto", "init_random_frames": 0},
@@ -223,7 +223,7 @@ def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message
 
 
 def cadence_config(**changes):
-    """What :func:`actorq.train.resolve_cadence` reads of a run config left at its defaults."""
+    """What :func:`actorq.run.build.resolve_cadence` reads of a run config left at its defaults."""
     from omegaconf import OmegaConf
 
     return OmegaConf.merge({"actors": {"init_random_frames": None},
@@ -232,7 +232,7 @@ def cadence_config(**changes):
 
 def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_leaves_them_null():
     from actorq.algos.dqn import DQN
-    from actorq.train import resolve_cadence
+    from actorq.run.build import resolve_cadence
 
     for learner, cadence, random_frames in ((A2CLike(DISCRETE), 1, 0), (DQN(DISCRETE, Exploration(0.1), hidden=(8,)), 100, 1000)):
         cfg = cadence_config()
@@ -250,7 +250,7 @@ def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_l
     ({"callbacks": {"broadcast": None}}, "it needs callbacks.broadcast to push it after every rollout"),
 ])
 def test_an_on_policy_run_refuses_a_cadence_that_has_its_actors_run_another_policy(changes, message):
-    from actorq.train import resolve_cadence
+    from actorq.run.build import resolve_cadence
     from actorq.util.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):

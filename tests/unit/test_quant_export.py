@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from actorq.data.experience import CALIBRATION_OBSERVATIONS
+from actorq.experience import CALIBRATION_OBSERVATIONS
 from actorq.envs import EnvSpec, make_env, random_observations
 from actorq.export import actors_network, payload_format
 from actorq.algos.networks import DeterministicActor

@@ -1,4 +1,4 @@
-"""The TorchRL boundary stays true and thin: every private member :mod:`actorq.actors.torchrl_adapter`
+"""The TorchRL boundary stays true and thin: every private member :mod:`actorq.util.torchrl_adapter`
 lists exists, as the kind of member it says, on the installed TorchRL (an upgrade that renames
 or reshapes one fails here, by name), and no module outside the adapter reaches a private
 member of TorchRL, tensordict or multiprocessing."""
@@ -21,7 +21,7 @@ from torchrl.collectors import _runner as torchrl_runner
 from torchrl.envs import EnvBase, SerialEnv
 from torchrl.weight_update import SharedMemWeightSyncScheme
 
-from actorq.actors import torchrl_adapter as adapter
+from actorq.util import torchrl_adapter as adapter
 from actorq.envs import make_batched_env
 
 SRC = Path(adapter.__file__).parent
@@ -164,7 +164,7 @@ def test_no_module_but_the_adapter_reaches_private_torchrl_members(collector):
         uses = _private_uses(ast.parse(path.read_text()), private_names)
         if uses:
             found[str(path.relative_to(SRC))] = uses
-    assert not found, f"private TorchRL members used outside actorq.actors.torchrl_adapter (move them there): {found}"
+    assert not found, f"private TorchRL members used outside actorq.util.torchrl_adapter (move them there): {found}"
 
 
 def test_the_boundary_check_sees_a_private_use():

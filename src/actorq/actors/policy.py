@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -28,8 +28,6 @@ from actorq.actors.processes import worker_index
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, has_kl
 
-if TYPE_CHECKING:
-    from actorq.algos.base import Learner
 
 RECORDS = ("log_prob", "policy_version", "worker", "output")
 """What a learner may ask the actors to record with each step, besides the action: the
@@ -155,7 +153,18 @@ class ExplorationPolicy(nn.Module):
         return torch.addcmul(out, torch.randn_like(out), sigma).clamp_(buffers["low"], buffers["high"])
 
 
-def learner_policy(learner: Learner) -> ExplorationPolicy:
+class ActingLearner(Protocol):
+    """What the actors' policy is made from: the acting parts of a learner
+    (:class:`~actorq.algos.base.Learner` has them; the actors never need the rest)."""
+
+    behaviour_network: nn.Module
+    spec: EnvSpec
+    noise_scale: float
+    stochastic: bool
+    records: tuple[str, ...]
+
+
+def learner_policy(learner: ActingLearner) -> ExplorationPolicy:
     """The learner's policy as the actors would run it at fp32: its live behaviour network
     with the current exploration scale (a new wrapper each call; the network is shared).
 
@@ -167,7 +176,7 @@ def learner_policy(learner: Learner) -> ExplorationPolicy:
                              stochastic=learner.stochastic, records=learner.records)
 
 
-def actor_policy(learner: Learner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
+def actor_policy(learner: ActingLearner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
     """The actors' own copy of the learner's policy, its network encoded at ``quant``
     (fp32 included): it changes only when a broadcast loads a new payload, never with the
     learner's optimizer steps.

@@ -1,6 +1,6 @@
 """Actors: TorchRL collectors in worker processes, each running an :class:`ExplorationPolicy`.
 
-The collectors' TorchRL machinery is reached through :mod:`actorq.actors.torchrl_adapter`.
+The collectors' TorchRL machinery is reached through :mod:`actorq.util.torchrl_adapter`.
 
 Example:
     >>> from actorq.actors.policy import ExplorationPolicy
@@ -41,7 +41,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.collectors import Collector
 
-from actorq.actors import torchrl_adapter as adapter
+from actorq.util import torchrl_adapter as adapter
 from actorq.actors.base import ActorPoolBase, ActorSpec, gather_rounds, merge_rows
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.processes import forked_workers, in_environment
@@ -125,7 +125,7 @@ class _WorkerCollectorFactory:
 
 class _Collector(adapter.HandOverCollector):
     """TorchRL 0.14's ``MultiAsyncCollector`` with what a pool that loses nothing and never
-    hangs needs, through the hooks of :class:`~actorq.actors.torchrl_adapter.HandOverCollector`.
+    hangs needs, through the hooks of :class:`~actorq.util.torchrl_adapter.HandOverCollector`.
 
     - Hand-over: TorchRL's queue of batches holds ONE item (``_queue_len``), and a worker
       whose ``queue_out.put(..., timeout=1.0)`` times out throws its batch away and collects

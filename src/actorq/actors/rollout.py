@@ -34,7 +34,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Collector
 
-from actorq.actors import torchrl_adapter as adapter
+from actorq.util import torchrl_adapter as adapter
 from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv, StepArrays
 from actorq.envs.spec import OBSERVATION
 

@@ -22,14 +22,14 @@ two pushes of its policy, ``callbacks.broadcast.every_n_steps`` unless a run set
 
 A learner is complete at construction. ``train()`` then hands it the experience pipeline it
 learns from (:meth:`Learner.learn_from`): an :class:`ExperienceSource`, the few things the
-learner uses of :class:`actorq.data.experience.Experience`. The learner never reaches it through
+learner uses of :class:`actorq.experience.Experience`. The learner never reaches it through
 the Trainer, and the experience pipeline never reads the learner: what both need (the frames
 received, the exploration scale at them) is the learner's :attr:`clock`, which ``train()``
 hands to both.
 
 Attributes that callbacks rely on (documented, stable):
     experience: the :class:`ExperienceSource` it learns from (after :meth:`learn_from`).
-    clock: the :class:`~actorq.run.clock.FrameClock`: frames received, exploration scale at them.
+    clock: the :class:`~actorq.util.clock.FrameClock`: frames received, exploration scale at them.
     frames: environment steps received so far (``clock.frames``).
     learner_steps: gradient updates done so far.
     behaviour_network: the fp32 network the actors run a copy of.
@@ -50,12 +50,12 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from actorq.run.clock import FrameClock
+from actorq.util.clock import FrameClock
 from actorq.envs import EnvSpec
 from actorq.util.finite import check_finite_loss
-from actorq.run.parallel import ranks_in_sync
+from actorq.data.parallel import ranks_in_sync
 from actorq.data.writer import Arrivals
-from actorq.run.resume import extend_to_budget, rng_states, set_rng_states
+from actorq.algos.resume import extend_to_budget, rng_states, set_rng_states
 
 # TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
 # per update (the schedule counts updates, not optimizer steps), which torch warns about.
@@ -128,7 +128,7 @@ class LinearDecay:
 
 
 class ExperienceSource(Protocol):
-    """What the learner uses of its experience pipeline (:class:`actorq.data.experience.Experience`).
+    """What the learner uses of its experience pipeline (:class:`actorq.experience.Experience`).
 
     Attributes:
         total_frames: env frames the run collects (the learning-rate schedule is planned over them).

@@ -25,7 +25,7 @@ from actorq.data.replay.base import Sample
 
 class Sampling(Protocol):
     """What the learner draws updates from: a replay, or its share of one
-    (:class:`actorq.run.parallel.RankSampling`)."""
+    (:class:`actorq.data.parallel.RankSampling`)."""
 
     def __len__(self) -> int: ...
 

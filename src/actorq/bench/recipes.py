@@ -72,7 +72,7 @@ def trained(experiment: str, seed: int, run_dir: Path, extra: Sequence[str]) -> 
 
 def _with_network(run: dict) -> dict:
     """``run`` plus ``network``: the learner's fp32 policy, rebuilt from its config and state."""
-    from actorq.train import build_learner
+    from actorq.run.build import build_learner
 
     env = make_env(run["env"], seed=run["seed"], library=run["library"])
     try:

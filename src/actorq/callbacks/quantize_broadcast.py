@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from actorq.algos.base import Learner
-    from actorq.data.experience import Experience
+    from actorq.experience import Experience
 
 
 class QuantizeBroadcast(Callback):

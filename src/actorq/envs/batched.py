@@ -43,7 +43,7 @@ from torchrl.envs import EnvBase
 
 from actorq.envs.raw import RawEnvs
 from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
-from actorq.actors.torchrl_adapter import next_seed, tensordict_unchecked
+from actorq.util.torchrl_adapter import next_seed, tensordict_unchecked
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 

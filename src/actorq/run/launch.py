@@ -1,7 +1,7 @@
 """What ``python -m actorq`` checks and arranges before Hydra runs.
 
 A sweep (``-m``) is checked whole before its first job starts: every job's overrides are
-composed and its config checked as :func:`actorq.train.check_job` does, so a bad value in
+composed and its config checked as :func:`actorq.run.build.check_job` does, so a bad value in
 job 5 stops the sweep in one line (exit code 2) before job 0 trains. A key set where nothing
 reads it (:func:`actorq.run.checks.unread_keys`) stops the sweep when no job reads it; when only
 some do (``quant.engine=onednn`` across ``quant.bits=32,8``: the fp32 jobs have no engine),
@@ -104,9 +104,9 @@ def unread_in_sweep(jobs: list[list[str]], unread: list[dict[str, str]]) -> str 
 
 
 def _check_error(job: list[str]) -> tuple[str | None, dict[str, str]]:
-    """Why the job's config fails :func:`actorq.train.check_job` (``None`` if it passes), and
+    """Why the job's config fails :func:`actorq.run.build.check_job` (``None`` if it passes), and
     its :func:`~actorq.run.checks.unread_keys`."""
-    from actorq.train import check_job
+    from actorq.run.build import check_job
 
     with initialize_config_module("actorq.conf", version_base="1.3"):
         cfg = compose("config", overrides=job, return_hydra_config=True)

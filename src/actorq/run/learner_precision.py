@@ -45,7 +45,7 @@ from tensordict import TensorDict
 from actorq.util.choice import MARGIN, fastest
 from actorq.util.atomic import write_text_atomically
 from actorq.util.values import AUTO
-from actorq.run.parallel import launched_rank
+from actorq.data.parallel import launched_rank
 from actorq.quant.timing import single_thread
 from actorq.data.replay.base import Sample
 

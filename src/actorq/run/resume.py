@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import random
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -104,40 +102,6 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
                           f"{dataclasses.asdict(quant)}; resume with the same quant settings")
 
 
-def extend_to_budget(checkpoint: dict, total_frames: int, planned_updates: int) -> None:
-    """Lets a resumed run continue to this run's frame budget, in ``checkpoint`` (the dict
-    Lightning restores from, before it restores the loops and schedulers).
-
-    A run that finished its budget saved a finished epoch (``max_epochs=1``): with a larger
-    ``actors.total_frames`` the epoch is reopened, as if the run had been stopped mid-way, so
-    the actors collect the frames left. Every linear learning-rate decay is planned over the
-    new budget's ``planned_updates`` (the rate continues from where that plan is now).
-
-    Example:
-        >>> progress = {"ready": 1, "started": 1, "processed": 1, "completed": 0}
-        >>> batches = {"is_last_batch": True}
-        >>> loops = {"epoch_progress": {"total": dict(progress), "current": progress},
-        ...          "epoch_loop.batch_progress": batches}
-        >>> decay = {"updates": 500, "final_fraction": 0.0}  # a LinearDecay's saved state
-        >>> checkpoint = {"actorq": {"frames": 2048}, "lr_schedulers": ({"lr_lambdas": (decay,)},),
-        ...               "loops": {"fit_loop": loops}}
-        >>> extend_to_budget(checkpoint, total_frames=3000, planned_updates=900)
-        >>> progress.get("processed"), batches.get("is_last_batch"), decay.get("updates")
-        (0, False, 900)
-    """
-    for scheduler in checkpoint.get("lr_schedulers", []):
-        for decay in scheduler.get("lr_lambdas") or []:
-            if isinstance(decay, dict) and "updates" in decay:  # a LinearDecay's state
-                decay["updates"] = max(1, int(planned_updates))
-    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
-    epoch = fit_loop.get("epoch_progress", {})
-    finished = epoch.get("current", {}).get("processed", 0) >= 1
-    if finished and checkpoint.get("actorq", {}).get("frames", 0) < total_frames:
-        for progress in (epoch["total"], epoch["current"]):
-            progress["processed"] = progress["completed"] = 0
-        fit_loop.get("epoch_loop.batch_progress", {})["is_last_batch"] = False
-
-
 def resumed_precision(checkpoint: dict, quant):
     """The actors' precision for a resumed run: with ``quant.bits=auto``, the one the
     checkpoint's run picked (measuring again could pick another); else ``quant`` itself."""
@@ -159,21 +123,3 @@ def check_shapes(saved: dict, current: dict, path: Path) -> None:
             raise ConfigError(f"ckpt_path={path}: {name} has shape {tuple(saved[name].shape)} in the "
                               f"checkpoint and {tuple(tensor.shape)} in this run (different algo or env "
                               "settings?)")
-
-
-def rng_states() -> dict:
-    """The learner process's random states (torch, numpy's global generator, Python's
-    ``random``) in a form ``weights_only`` loading accepts."""
-    kind, keys, position, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                      "has_gauss": int(has_gauss), "gauss": float(gauss)}}
-
-
-def set_rng_states(states: dict) -> None:
-    """Restores what :func:`rng_states` saved."""
-    torch.set_rng_state(states["torch"])
-    random.setstate(states["python"])
-    numpy = states["numpy"]
-    np.random.set_state((numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
-                         numpy["has_gauss"], numpy["gauss"]))

@@ -1,7 +1,7 @@
 """A trained run as a policy: ``actorq.load(run_dir)`` -> an :class:`Agent` with a greedy ``act``.
 
 The learner is rebuilt from the run dir's ``config.yaml`` the way ``actorq.train`` builds it
-(:func:`actorq.train.build_learner`), and its weights come from a checkpoint read with
+(:func:`actorq.run.build.build_learner`), and its weights come from a checkpoint read with
 ``torch.load(weights_only=True)``: tensors and plain containers only, never code. The agent
 plays either the learner's fp32 policy or the actors' reduced-precision copy: the payload
 they last received, as the checkpoint holds it. Anything wrong with the run dir or the
@@ -176,7 +176,7 @@ def find_checkpoint_file(run_dir: Path, ckpt: str | Path) -> Path:
 
 def learner_from_config(config: DictConfig | dict, state_dict: dict, source: Path | str):
     """The run's learner, built as ``actorq.train`` builds it, holding ``state_dict``'s weights."""
-    from actorq.train import build_learner  # the trainer's stack, only when a learner is rebuilt
+    from actorq.run.build import build_learner  # the trainer's stack, only when a learner is rebuilt
 
     cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
     try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from actorq.actors.torchrl_adapter import tensordict_unchecked
+from actorq.util.torchrl_adapter import tensordict_unchecked
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ training data, saves the replay's state in checkpoints and shuts the actor proce
 :meth:`Experience.teardown`.
 
 It never reads the learner: ``train()`` hands it what it needs at construction (the kind,
-the n-step settings, the updates the run plans, and the run's :class:`~actorq.run.clock.FrameClock`,
+the n-step settings, the updates the run plans, and the run's :class:`~actorq.util.clock.FrameClock`,
 which the learner advances). The learner is handed the experience (``learner.learn_from``); the
 callbacks reach it as ``trainer.datamodule``. The one way new weights reach the actors is
 :meth:`Experience.publish` (the broadcast callback decides when).
@@ -20,7 +20,7 @@ callbacks reach it as ``trainer.datamodule``. The one way new weights reach the 
 Example:
     >>> from functools import partial
     >>> from actorq.actors import actor_pool
-    >>> from actorq.run.clock import FrameClock
+    >>> from actorq.util.clock import FrameClock
     >>> from actorq.data.replay import make_replay
     >>> experience = Experience("CartPole-v1", make_actors=partial(actor_pool, num_workers=1,
     ...                         frames_per_batch=100, total_frames=1000),
@@ -44,11 +44,11 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from actorq.run.clock import FrameClock
+from actorq.util.clock import FrameClock
 from actorq.envs import make_env
 from actorq.envs import make_batched_env
 from actorq.util.errors import ConfigError
-from actorq.run.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
+from actorq.data.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
 from actorq.actors.base import batch_frames
 from actorq.data.replay.base import ReplayBuffer
 from actorq.quant import Payload, QuantizedNetwork, payload_nbytes, policy_divergence, quantize
@@ -105,13 +105,13 @@ class Experience(L.LightningDataModule):
         kind: ``"replay"`` (off-policy learners) or ``"rollout"`` (on-policy learners: no
             replay, no writer; ``make_replay``, ``n_step`` and ``planned_updates`` unused).
 
-    With ``trainer.devices > 1`` (:mod:`actorq.run.parallel`) only rank 0 builds the replay,
+    With ``trainer.devices > 1`` (:mod:`actorq.data.parallel`) only rank 0 builds the replay,
     the writer and the actors; every rank samples through :attr:`sampling`.
 
     Attributes:
         replay: the :class:`~actorq.data.replay.base.ReplayBuffer` (after ``setup``).
         sampling: what the learner samples and feeds priorities to: the replay itself, or
-            with several learner ranks a :class:`~actorq.run.parallel.RankSampling` of it
+            with several learner ranks a :class:`~actorq.data.parallel.RankSampling` of it
             (``None`` for rollouts).
         writer: the :class:`~actorq.data.writer.TransitionWriter` that stores batches.
         quant: the precision the actors run at: their policy's (``None`` without one).
