@@ -1,4 +1,4 @@
-"""``python -m actorq.evaluate RUN_DIR [key=value ...]``: play a trained run's greedy policy.
+"""``actorq evaluate RUN_DIR [key=value ...]``: play a trained run's greedy policy.
 
 Loads the run with :func:`actorq.load`, plays ``episodes`` greedy episodes the way the run's
 evaluation does (a lean batch of envs, :func:`actorq.envs.rollout_return`) and prints the
@@ -28,9 +28,9 @@ from pathlib import Path
 from actorq.util.errors import ConfigError
 
 PROG = "actorq.evaluate"
-USAGE = """usage: python -m actorq.evaluate RUN_DIR [key=value ...]
+USAGE = """usage: actorq evaluate RUN_DIR [key=value ...]
 
-Plays the greedy policy of a run trained by `python -m actorq` and prints its mean return.
+Plays the greedy policy of a run trained by `actorq train` and prints its mean return.
 
 keys:
   ckpt=last|PATH             checkpoint: last (checkpoints/last.ckpt), a path, or a file name

@@ -1,9 +1,10 @@
 """A policy as one TorchScript file that plain ``torch`` loads and runs without actorq.
 
 Two ways in: :func:`export` writes a :class:`~actorq.quant.QuantizedNetwork` (trunk at its
-precision + fp32 head); ``python -m actorq.export CHECKPOINT OUT`` (:func:`export_checkpoint`)
-writes the actors' policy of a run's checkpoint: the payload they last received, or for an
-fp32 run an int8 dynamic quantization unless ``--bits`` says otherwise. A re-quantization
+precision + fp32 head); ``actorq export RUN_DIR OUT`` (:func:`export_checkpoint`) writes the
+actors' policy of a run's last checkpoint (or of the ``.ckpt`` named instead): the payload
+they last received, or for an fp32 run an int8 dynamic quantization unless ``--bits`` says
+otherwise. A re-quantization
 calibrates on the observations the run saved with the checkpoint (states its policy visited;
 :func:`calibration_set`). Either way ``torch.jit.load(OUT)(observation) -> action``.
 
@@ -21,7 +22,7 @@ Example:
 
 The command line (``tests/integration/test_export.py`` runs it on a real checkpoint)::
 
-    python -m actorq.export outputs/RUN/checkpoints/last.ckpt policy.pt [--bits 8]
+    actorq export outputs/RUN policy.pt [--bits 8]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from actorq.experience import CALIBRATION_OBSERVATIONS
 from actorq.envs import make_env, random_observations
 from actorq.util.errors import ConfigError
 from actorq.quant import QuantizedNetwork, QuantSpec
-from actorq.run.resume import EXPERIENCE_STATE, read_checkpoint
+from actorq.run.resume import EXPERIENCE_STATE, LAST_CHECKPOINT, read_checkpoint
 
 __all__ = ["StandalonePolicy", "actors_network", "calibration_set", "export", "export_checkpoint", "load_learner",
            "payload_format"]
@@ -152,8 +153,11 @@ def calibration_set(checkpoint: dict, env, quant: QuantSpec) -> torch.Tensor:
 
 
 def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | None = None) -> Path:
-    """Writes the standalone policy of a checkpoint; returns the path written."""
+    """Writes the standalone policy of a checkpoint (or of a run dir's last one); returns the
+    path written."""
     path = Path(checkpoint_path)
+    if path.is_dir():
+        path = path / LAST_CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"no checkpoint at {path}")
     checkpoint = read_checkpoint(path)
@@ -169,8 +173,8 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m actorq.export", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="a .ckpt from a run's checkpoints/ folder")
+    parser = argparse.ArgumentParser(prog="actorq export", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="a run dir (its checkpoints/last.ckpt) or a .ckpt file")
     parser.add_argument("out", help="the file to write (TorchScript)")
     parser.add_argument("--bits", type=int, default=None, help="re-quantize at this precision (8, 16, 2..7, 32)")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""``python -m actorq.report DIR... [--out DIR]``: sweep dirs -> ``report.md`` + plots.
+"""``actorq report DIR... [--out DIR]``: sweep dirs -> ``report.md`` + plots.
 
 Compares the actors' precisions the way QuaRL's ActorQ figures do (eval return against
 wall-clock seconds and against env frames, mean over seeds with a min-max band, one curve per
@@ -54,9 +54,9 @@ measured; fewer than 3 seeds per precision is marked as no claim."""
 
 EXAMPLES = """\
 examples:
-  python -m actorq.report multirun/2026-11-22/10-00-00
-  python -m actorq.report SWEEP_A SWEEP_B --out report/
-  python -m actorq.report SWEEP --target-return -200
+  actorq report multirun/2026-11-22/10-00-00
+  actorq report SWEEP_A SWEEP_B --out report/
+  actorq report SWEEP --target-return -200
 
 docs/reproducing.md explains every column."""
 
@@ -607,7 +607,7 @@ def terminal_summary(markdown: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m actorq.report", description=DESCRIPTION, epilog=EXAMPLES,
+    parser = argparse.ArgumentParser(prog="actorq report", description=DESCRIPTION, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="sweep dirs or run dirs")
     parser.add_argument("--out", type=Path, help="where report.md and the PNGs go (default: the first DIR)")

@@ -270,9 +270,12 @@ def describe_result(summary: dict) -> str:
 def describe_outputs(cfg: DictConfig) -> str:
     """Where the run's files are, and the commands that use them next."""
     run_dir = Path(cfg.run_dir)
+    commands = [(f"actorq report {run_dir}", "report.md: returns, speed, energy; name more runs to compare")]
+    if (run_dir / "checkpoints" / "last.ckpt").exists():
+        commands = [(f"actorq evaluate {run_dir} episodes=10 video=true", "score and video"),
+                    (f"actorq export {run_dir} policy.pt", "one TorchScript file"),
+                    (f"actorq resume {run_dir} actors.total_frames=N", "train on to N frames"), *commands]
     lines = [f"TensorBoard logs: {run_dir / 'tb'}  (tensorboard --logdir {run_dir})",
              f"Summary: {run_dir / 'summary.json'}"]
-    if (run_dir / "checkpoints" / "last.ckpt").exists():
-        lines += ["Next: python -m actorq.evaluate " + f"{run_dir} episodes=10 video=true    (score and video)",
-                  f"      python -m actorq.export {run_dir / 'checkpoints' / 'last.ckpt'} policy.pt    (one TorchScript file)"]
+    lines += [f"{'Next:' if i == 0 else '':<6}{command}    ({what})" for i, (command, what) in enumerate(commands)]
     return "\n".join(lines)

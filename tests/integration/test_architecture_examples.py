@@ -42,7 +42,7 @@ def test_the_algorithm_example_learns_and_runs_from_the_command_line_override(ma
 
 def test_the_on_policy_example_learns_from_the_command_line_with_int8_actors(tmp_path):
     """The page's A2C module and experiment YAML, as a user saves them, trained by
-    ``python -m actorq``: lock-step rounds of int8 actors that record their log-probabilities,
+    ``actorq train``: lock-step rounds of int8 actors that record their log-probabilities,
     and CartPole learned (random play scores about 22; 8 seeds reached 408-500 at best within
     the budget)."""
     (tmp_path / "my_a2c.py").write_text(example("on_policy"))

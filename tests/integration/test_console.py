@@ -1,16 +1,18 @@
-"""What ``python -m actorq`` prints: its help, and a run's console (each line once, no
-instantiation log, a progress bar in frames, one line per evaluation)."""
+"""What ``actorq train`` prints: its help, and a run's console (each line once, no
+instantiation log, a progress bar in frames, one line per evaluation); a run with no
+experiment file, resumed from its run dir."""
 
+import json
 import re
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, TINY_ON_POLICY
 from tests.integration.test_smoke import run_cli
 
 
-def test_help_is_actorqs_own(tmp_path):
-    result = run_cli("--help", cwd=tmp_path)
+def test_train_help_is_actorqs_own(tmp_path):
+    result = run_cli("train", "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert out.startswith("actorq: train an RL agent")
@@ -46,3 +48,19 @@ def test_a_run_shows_frames_and_each_evaluation(console):
     assert any(re.search(r"\| 600/600 frames \[.*frames/s=\d+, return=-?[\d.]+ \(int8 -?[\d.]+\)\]", bar)
                for bar in bars), bars[-3:]
     assert not any(re.search(r"\d+/\d+ \[", bar) for bar in bars)  # never a count of batches
+
+
+def test_a_run_with_no_experiment_file_resumes_from_its_run_dir_to_a_larger_budget(tmp_path):
+    run_dir = tmp_path / "ppo half cheetah"  # a space: the run dir goes back to Hydra quoted
+    started = run_cli("train", "algo=ppo", "env=half_cheetah", *TINY_ON_POLICY, "algo.hidden=[16]",
+                      f"run_dir={run_dir}", "trainer.enable_progress_bar=false", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert f"actorq resume {run_dir} actors.total_frames=N" in started.stdout
+    first = json.loads((run_dir / "summary.json").read_text())
+    resumed = run_cli("resume", str(run_dir), "actors.total_frames=1024", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "actorq resume: actorq train algo=ppo env=half_cheetah" in resumed.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (first["frames"], summary["frames"]) == (512, 1024)
+    assert summary["learner_steps"] > first["learner_steps"]
+

@@ -1,4 +1,4 @@
-"""Using a trained run: ``actorq.load``, ``python -m actorq.evaluate`` (returns, videos, bad
+"""Using a trained run: ``actorq.load``, ``actorq evaluate`` (returns, videos, bad
 input) and the export command (its one-line errors, its calibration on the run's
 observations), on two tiny real runs trained once for the module: DQN on gymnasium's
 CartPole (fp32 actors) and TD3 on dm_control's cartpole-balance (int8 actors)."""

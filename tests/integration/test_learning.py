@@ -57,7 +57,7 @@ def test_ddpg_reaches_the_reference_return(learning_run):
 
 def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     """With int8 actors the learner solves CartPole as the fp32 run does (one seed; the
-    3-seed comparison of final returns is ``python -m actorq.bench learning``), and the int8
+    3-seed comparison of final returns is ``actorq bench learning``), and the int8
     policy the actors run is as good as the learner's fp32 policy.
 
     Both policies play the same episodes at each evaluation, so their returns differ by the
@@ -69,7 +69,7 @@ def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     -9.0% to +3.6% of the fp32 policy's in nine and -19.6% in one (seed 6). So the gate
     asks for what held in every run: solved once, mean at most 30% below (a policy 40%
     worse at every evaluation failed it). The 5% comparison over seeds is
-    ``python -m actorq.bench learning``.
+    ``actorq bench learning``.
     """
     fp32 = learning_run("dqn_cartpole")
     int8 = learning_run("dqn_cartpole", "quant.bits=8")
@@ -88,7 +88,7 @@ def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
 def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
     """One Pendulum run's final return varies by about 25% between fp32 seeds alone
     (-174, -118, -99 measured), so a single-seed 5% comparison would test luck; the
-    within-5% comparison over 3 seeds is ``python -m actorq.bench learning --seeds 0 1 2``.
+    within-5% comparison over 3 seeds is ``actorq bench learning --seeds 0 1 2``.
     Here int8 actors must reach the bar fp32 reaches, and the int8 policy itself must do at
     most 5% worse than the fp32 policy on the same episodes (last evaluations of a 3-seed
     ``quant.bits=8`` sweep: -180.8 vs -180.8, -138.2 vs -138.5, -159.7 vs -159.8)."""

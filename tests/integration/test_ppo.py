@@ -97,7 +97,7 @@ def test_the_observation_statistics_reach_the_actors_the_checkpoint_load_and_exp
     # after the last rollout's update.
     pushed = objects["experience"].actor_policy.network.normalizer
     assert float(pushed.count) == summary["frames"] and torch.equal(pushed.mean, statistics.mean)
-    for policy in ("learner", "quantized"):  # what python -m actorq.evaluate loads
+    for policy in ("learner", "quantized"):  # what actorq evaluate loads
         agent = actorq.load(run_dir, policy=policy)
         assert torch.equal(agent.network.normalizer.mean, statistics.mean), policy
         assert torch.equal(agent.network.normalizer.var, statistics.var), policy

@@ -1,4 +1,4 @@
-"""``python -m actorq.report``: a tiny real sweep (fp32 and int8 actors, one seed), and run
+"""``actorq report``: a tiny real sweep (fp32 and int8 actors, one seed), and run
 dirs made of real-shaped files (a composed config, a summary with train()'s keys, TensorBoard
 events at chosen wall times) for what one tiny sweep cannot show."""
 

@@ -1,4 +1,4 @@
-"""Soak: a real run (``python -m actorq`` in a subprocess: DQN on CartPole, int8 actors, three
+"""Soak: a real run (``actorq train`` in a subprocess: DQN on CartPole, int8 actors, three
 actor workers, 120k frames, a broadcast after every batch once learning runs, ~1200 in all)
 with one worker SIGKILLed after the 40k-frame checkpoint. It must finish, restart the
 workers once and drop nothing, account for every frame, keep its memory flat and leave no

@@ -10,7 +10,7 @@ from actorq.bench import __main__ as bench
 
 @pytest.fixture(scope="module")
 def app_help() -> tuple[str, dict[str, list[str]]]:
-    """The template of ``python -m actorq --help`` as Hydra composes it, and every group's options."""
+    """The template of ``actorq train --help`` as Hydra composes it, and every group's options."""
     with initialize_config_module("actorq.conf", version_base="1.3"):
         cfg = compose("config", return_hydra_config=True)
         loader = GlobalHydra.instance().config_loader()
@@ -26,7 +26,7 @@ def test_app_help_names_every_experiment_and_option(app_help):
     for group in ("experiment", "env", "algo", "replay"):
         for option in groups[group]:
             assert option in text, f"{group}={option} is missing from the help"
-    assert text.count("python -m actorq") >= 5 and "Examples:" in text
+    assert text.count("actorq train") >= 5 and "Examples:" in text
 
 
 def test_app_help_offers_callback_sets_only(app_help):
@@ -58,8 +58,8 @@ def test_help_is_plain_text_with_examples(command, capsys):
         (bench.main if command == "bench" else report.main)(["--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"usage: python -m actorq.{command} ")
+    assert text.startswith(f"usage: actorq {command} ")
     assert "``" not in text and ":class:" not in text and ">>>" not in text  # no reStructuredText
-    assert "examples:\n  python -m actorq." in text
+    assert "examples:\n  actorq " in text
     if command == "bench":
         assert all(f"\n  {name:<10} {line}" in text for name, line in bench.BENCHMARKS.items())

@@ -40,7 +40,7 @@ PAGES = [
 
 # Pages whose `| key | default |` tables are not conf/ keys.
 NOT_CONFIG_PAGES = {
-    "evaluate.md": "the options of python -m actorq.evaluate, a command of its own",
+    "evaluate.md": "the options of actorq evaluate, a command of its own",
 }
 
 # Groups that are not actorq's own, so the group table leaves them out.

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from actorq.envs import EnvSpec, find_suite, make_env
-from actorq.envs.gymnasium import mujoco_available
 from actorq.util.errors import ConfigError
 
 ENVS = [
@@ -58,7 +57,9 @@ def test_unknown_env_in_a_library_suggests_from_that_library(name, library, hint
         make_env(name, library=library)
 
 
-@pytest.mark.skipif(mujoco_available(), reason="gymnasium[mujoco] is installed: the error cannot happen")
-def test_a_mujoco_env_without_the_extra_says_how_to_install_it():
+def test_a_mujoco_env_without_the_extra_says_how_to_install_it(monkeypatch):
+    import actorq.envs.gymnasium
+
+    monkeypatch.setattr(actorq.envs.gymnasium, "mujoco_available", lambda: False)  # MuJoCo ships with dm-control
     with pytest.raises(ConfigError, match=r"needs MuJoCo.*actorq\[mujoco\]"):
         make_env("HalfCheetah-v5", library="gymnasium")

@@ -36,7 +36,7 @@ CASES = [
     ("+trainer.num_nodes=2", "trainer.num_nodes must be 1: parallel learners run on one machine"),
     ("trainer.devices=3", "algo.batch_size=32 must split evenly over trainer.devices=3 learner ranks"),
     # train() called from Python: Lightning would start the other ranks by running the caller again
-    ("trainer.devices=2", "trainer.devices > 1 needs the command line (python -m actorq ...)"),
+    ("trainer.devices=2", "trainer.devices > 1 needs the command line (actorq train ...)"),
     ("eval.every_frames=0", "eval.every_frames must be positive, got 0"),
     ("eval.episodes=0", "eval.episodes must be positive, got 0"),
     ("replay.prioritized=yes", "replay.prioritized must be true or false, got 'yes'"),

@@ -94,7 +94,7 @@ class Exploration:
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with torch's fused kernel: one pass over all the parameters instead of a loop of
     small ops. Same update; its step on a 2048x3 MLP is ~10x faster on a CPU thread
-    (``python -m actorq.bench learner`` measures the gain, docs/benchmarks.md)."""
+    (``actorq bench learner`` measures the gain, docs/benchmarks.md)."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 

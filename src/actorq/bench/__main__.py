@@ -1,4 +1,4 @@
-"""``python -m actorq.bench NAME [options]``: run one benchmark (``--help`` on each for options)."""
+"""``actorq bench NAME [options]``: run one benchmark (``--help`` on each for options)."""
 
 from __future__ import annotations
 
@@ -44,14 +44,14 @@ def _parser(available: dict[str, str]) -> argparse.ArgumentParser:
     """The ``--help`` text (the benchmark's own options: ``NAME --help``)."""
     listing = "\n".join(f"  {name:<10} {text}" for name, text in available.items())
     return argparse.ArgumentParser(
-        prog="python -m actorq.bench", usage="%(prog)s NAME [options]",
+        prog="actorq bench", usage="%(prog)s NAME [options]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Runs one benchmark: prints its table and writes it as JSON\n"
                     "(--out FILE, default bench-results/NAME.json; --quick: a seconds-long smoke run).\n"
-                    "Each benchmark has its own options: python -m actorq.bench NAME --help.",
+                    "Each benchmark has its own options: actorq bench NAME --help.",
         epilog=f"benchmarks:\n{listing}\n\nexamples:\n"
-               "  python -m actorq.bench learner --quick\n"
-               "  python -m actorq.bench regime --help\n\n"
+               "  actorq bench learner --quick\n"
+               "  actorq bench regime --help\n\n"
                "docs/benchmarks.md describes each benchmark and its measured results.",
     )
 

@@ -1,4 +1,4 @@
-"""``python -m actorq.bench actors``: env frames/s of real actor processes, fp32 vs int8.
+"""``actorq bench actors``: env frames/s of real actor processes, fp32 vs int8.
 
 The actors are the real thing: TorchRL collector worker processes (one thread each)
 stepping ``--env`` (cheetah-run) with a ``17 -> W -> W -> W -> 6`` policy, for every policy
@@ -30,7 +30,7 @@ TorchRL's own ``Collector.rollout``) and ``old`` (TorchRL's transform stack per 
 
 Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
-    python -m actorq.bench actors [--quick] [--old-path] [--widths 64 2048] [--envs 1 16]
+    actorq bench actors [--quick] [--old-path] [--widths 64 2048] [--envs 1 16]
         [--out FILE.json]
 """
 
@@ -176,7 +176,7 @@ def ceiling_vs_fp32(stepped: dict[str, float], infer: dict[str, float], name: st
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench actors", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench actors", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 256, 2048])
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 16], help="envs per worker")

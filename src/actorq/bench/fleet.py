@@ -1,7 +1,7 @@
 """What one frame of Atari costs the actor fleet: a convolutional policy's actor on one core,
 fp32 against int8, beside the env alone and the policy alone.
 
-``python -m actorq.bench fleet [--game breakout] [--trunks nature impala] [--envs 8]
+``actorq bench fleet [--game breakout] [--trunks nature impala] [--envs 8]
 [--steps 200] [--env-impls ale gymnasium] [--learner-fps 2000 10000] [--quick] [--out FILE.json]``
 
 Everything runs in this process pinned to one core, with one torch thread and one emulator
@@ -48,7 +48,7 @@ CPU_FLAGS = ("avx2", "avx512_vnni", "avx512_bf16", "amx_int8")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench fleet", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="actorq bench fleet", description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="breakout", help="ale-py ROM name")
     parser.add_argument("--trunks", nargs="+", default=["nature", "impala"], help="convolutional trunks")
     parser.add_argument("--envs", type=int, default=8, help="emulators per actor (its batch)")

@@ -1,4 +1,4 @@
-"""``python -m actorq.bench inference``: microseconds per actor forward at each precision.
+"""``actorq bench inference``: microseconds per actor forward at each precision.
 
 One thread (as in each actor process), policies ``17 -> W -> W -> W -> 6`` with a tanh head,
 fp32 vs bf16 vs int8 static (first and last layer in fp32) vs int8 static with every layer in
@@ -9,7 +9,7 @@ Ratios are speedups over fp32.
 
 Usage (``tests/unit/test_quant_auto.py`` runs the quick form)::
 
-    python -m actorq.bench inference [--quick] [--out FILE.json]
+    actorq bench inference [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ TARGET_AUTO = 0.95
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench inference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench inference", description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=None, help=f"hidden widths (default {WIDTHS})")
     parser.add_argument("--batches", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--iterations", type=int, default=200, help="timed forwards per precision and cell")

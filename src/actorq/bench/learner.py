@@ -1,4 +1,4 @@
-"""``python -m actorq.bench learner``: how fast is the learner, against its peer and without Lightning?
+"""``actorq bench learner``: how fast is the learner, against its peer and without Lightning?
 
 Runs the same algorithm on the same networks, replay and experience, in one process:
 once as our LightningModule under a real ``lightning.Trainer`` (manual optimization,
@@ -29,9 +29,9 @@ critics, batch 64) and a 64-wide one.
 
 Usage (``tests/integration/test_bench_smoke.py`` and ``tests/unit/test_learner_precision.py`` run the quick forms)::
 
-    python -m actorq.bench learner [--algos td3 sac dqn] [--env-shape halfcheetah] [--hidden 256] [--quick]
+    actorq bench learner [--algos td3 sac dqn] [--env-shape halfcheetah] [--hidden 256] [--quick]
                                    [--compile] [--out FILE.json]
-    python -m actorq.bench learner --precision auto [--quick] [--out FILE.json]
+    actorq bench learner --precision auto [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def bare_updates_per_s(learner, experience: list[TensorDict], fused: bool = True
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench learner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench learner", description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=["auto"], default=None,
                         help="auto: does trainer.precision=auto pick the faster of 32-true and bf16-mixed here?")
     parser.add_argument("--algos", nargs="+", default=None, choices=["td3", "sac", "dqn"],

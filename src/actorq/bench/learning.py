@@ -1,4 +1,4 @@
-"""``python -m actorq.bench learning``: the reference learning runs, fp32 vs int8 actors.
+"""``actorq bench learning``: the reference learning runs, fp32 vs int8 actors.
 
 Runs each reference experiment with ``quant.bits=32`` and ``quant.bits=8`` (same seed,
 one after the other in this process) and prints final eval return (of the learner's fp32
@@ -6,7 +6,7 @@ policy and of the int8 policy the actors ran), frames and wall-clock side by sid
 
 Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
-    python -m actorq.bench learning [--quick] [--out FILE.json]
+    actorq bench learning [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def run(experiment: str, bits: int, seed: int, run_dir: Path, extra: Sequence[st
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench learning", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench learning", description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", nargs="+", default=list(REFERENCE))
     parser.add_argument("--bits", type=int, nargs="+", default=[32, 8])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

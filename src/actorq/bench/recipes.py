@@ -1,4 +1,4 @@
-"""``python -m actorq.bench recipes``: greedy returns of one trained policy under each int8 recipe.
+"""``actorq bench recipes``: greedy returns of one trained policy under each int8 recipe.
 
 A quantization recipe is a function of a trained fp32 network, so each reference experiment is
 trained once per seed (fp32 actors), and every recipe then quantizes that very network,
@@ -9,7 +9,7 @@ within 5% of the fp32 network's (``eval/return_mean_quant`` vs ``eval/return_mea
 
 Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
-    python -m actorq.bench recipes [--experiments ...] [--seeds 0 1 2] [--episodes 10]
+    actorq bench recipes [--experiments ...] [--seeds 0 1 2] [--episodes 10]
         [--runs-dir DIR] [--quick] [--out FILE.json]
 
 With ``--runs-dir``, each trained network is kept there (``trained.pt``) and reused by the
@@ -110,7 +110,7 @@ def compare(experiment: str, run: dict, recipes: Sequence[str], episodes: int) -
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench recipes", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench recipes", description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", nargs="+", default=[*REFERENCE[:2], "ddpg_pendulum", *REFERENCE[2:]])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))

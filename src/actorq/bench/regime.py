@@ -1,4 +1,4 @@
-"""``python -m actorq.bench regime``: where int8 actors shorten a run on this machine.
+"""``actorq bench regime``: where int8 actors shorten a run on this machine.
 
 Actors and learner run at the same time, so a run goes at about
 
@@ -15,14 +15,14 @@ measures both sides here, for TD3 on ``--env`` (cheetah-run) with a ``W x W x W`
 3. the predicted speedup of int8 over fp32 actors on a grid of widths x samples per
    insert (``update_to_data x batch_size``), one heatmap per learner precision (``--plot``):
    a faster learner moves runs into the region where int8 actors pay;
-4. real short runs (``python -m actorq`` as a user runs it, fp32 and int8, same seed and
+4. real short runs (``actorq train`` as a user runs it, fp32 and int8, same seed and
    budget) at ``--check`` cells, whose steady frames/s (from the TensorBoard
    ``collect/frames`` curve after learning starts) give the measured speedup beside the
    predicted one.
 
 Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
-    python -m actorq.bench regime [--quick] [--widths 256 1024 2048]
+    actorq bench regime [--quick] [--widths 256 1024 2048]
         [--update-to-data 0.0039 0.0625 1] [--learner-precision 32-true bf16-mixed]
         [--check 2048:0.00390625 2048:0.015625:bf16-mixed] [--plot FILE.png]
 """
@@ -148,7 +148,7 @@ def heatmap(rows: list[dict], widths: list[int], ratios: list[float], precisions
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench regime", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench regime", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
     parser.add_argument("--widths", type=int, nargs="+", default=[256, 1024, 2048])
     parser.add_argument("--update-to-data", type=float, nargs="+", default=[1 / 256, 1 / 64, 1 / 16, 0.25, 1.0],

@@ -1,4 +1,4 @@
-"""``python -m actorq.bench replay``: prioritized replay, ours against cpprb and TorchRL.
+"""``actorq bench replay``: prioritized replay, ours against cpprb and TorchRL.
 
 One process, one run, side by side: microseconds per ``sample`` of a batch (indices, weights
 and data), per priority update of a batch, per sample-and-update cycle and per insert of a
@@ -8,7 +8,7 @@ buffer. A peer that cannot be installed or loaded is skipped, with the reason pr
 
 Usage (``tests/integration/test_bench_replay.py`` runs the quick form)::
 
-    python -m actorq.bench replay [--quick] [--out FILE.json]
+    actorq bench replay [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PEERS = ("actorq", "cpprb", "torchrl")
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m actorq.bench replay", description=__doc__.splitlines()[0]
+        prog="actorq bench replay", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--capacity", type=int, default=2**20, help="transitions per buffer")
     parser.add_argument("--batch-size", type=int, default=256)

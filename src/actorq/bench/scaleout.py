@@ -1,8 +1,8 @@
-"""``python -m actorq.bench scaleout``: Ray actors against local processes, and parallel learners.
+"""``actorq bench scaleout``: Ray actors against local processes, and parallel learners.
 
 Four tables from one run, three of them on one local Ray instance started for the benchmark:
 
-* **learners**: learner updates/s of a real run (``python -m actorq``, TD3 on Pendulum, one
+* **learners**: learner updates/s of a real run (``actorq train``, TD3 on Pendulum, one
   actor process, ``--learner-frames`` frames, one update per frame) with ``trainer.devices``
   1 and 2: the same total batch (``algo.batch_size``), split over the ranks. Measured before
   Ray starts; each run's ``summary.json`` gives the updates/s (updates over the learner's
@@ -26,7 +26,7 @@ Four tables from one run, three of them on one local Ray instance started for th
 
 Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
-    python -m actorq.bench scaleout [--quick] [--env cheetah-run] [--workers 2] [--out FILE.json]
+    actorq bench scaleout [--quick] [--env cheetah-run] [--workers 2] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def broadcast_rows(env_name: str, workers: int, width: int, pushes: int) -> list
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m actorq.bench scaleout", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actorq bench scaleout", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--width", type=int, default=64, help="policy width for the frames/s table")

@@ -4,7 +4,7 @@ Every ``every_frames`` env frames (the learner's ``frames``, the x-axis of every
 writes ``frames=N.ckpt`` and ``last.ckpt``; only the ``keep_last`` newest ``frames=N.ckpt``
 stay (``ModelCheckpoint``'s top-k over ``collect/frames``). At the end of the run, and on
 SIGTERM, Ctrl-C or an error, it writes ``last.ckpt``. A checkpoint holds what a resumed run
-needs (``python -m actorq ... ckpt_path=last``): see ``docs/fault-tolerance.md``.
+needs (``actorq train ... ckpt_path=last``): see ``docs/fault-tolerance.md``.
 
 Example:
     >>> checkpoint = FrameCheckpoint(dirpath="run/checkpoints", every_frames=1000, keep_last=2)

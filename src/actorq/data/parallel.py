@@ -16,7 +16,7 @@ learner, and ``trainer.devices`` changes how fast updates run, not what they com
 Every rank meets rank 0 at the same points, in the same order: once per batch of experience
 (:func:`follow_batches`, :func:`share_arrivals`) and once or twice per update (the share and
 the TD errors). Lightning launches the other ranks by running the same command again
-(``python -m actorq ...`` with the same overrides), so they compose the same config.
+(``actorq train ...`` with the same overrides), so they compose the same config.
 """
 
 from __future__ import annotations

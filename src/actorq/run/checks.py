@@ -1,5 +1,5 @@
 """Checks before a run starts: its overrides compose (:func:`composition_error`, run by
-``python -m actorq``), and the composed config passes :func:`check_run_config` (run by
+``actorq train``), and the composed config passes :func:`check_run_config` (run by
 ``train()`` before anything is built): types and ranges of the keys every run has,
 consistency across keys and groups, no key set where nothing reads it, one spelling for each
 setting. A bad value stops the run with one line (exit code 2) before any actor process starts.
@@ -294,7 +294,7 @@ def check_trainer(cfg: DictConfig) -> None:
 
 def check_parallel_learners(cfg: DictConfig, devices: int) -> None:
     """``trainer.devices > 1``: the batch splits evenly over the ranks, and the run was started
-    by ``python -m actorq`` (Lightning starts the other ranks by running that command again)."""
+    by ``actorq train`` (Lightning starts the other ranks by running that command again)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -303,7 +303,7 @@ def check_parallel_learners(cfg: DictConfig, devices: int) -> None:
         raise ConfigError(f"algo.batch_size={batch} must split evenly over trainer.devices={devices} "
                           "learner ranks (each trains on its share of every batch)")
     if not HydraConfig.initialized():
-        raise ConfigError("trainer.devices > 1 needs the command line (python -m actorq ...): Lightning "
+        raise ConfigError("trainer.devices > 1 needs the command line (actorq train ...): Lightning "
                           "starts the other learner ranks by running that command again")
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         raise ConfigError("trainer.devices > 1 cannot run in a sweep (-m): Lightning would start each "

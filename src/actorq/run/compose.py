@@ -1,4 +1,4 @@
-"""A run's config from Python, composed and checked as ``python -m actorq`` does it.
+"""A run's config from Python, composed and checked as ``actorq train`` does it.
 
 Example:
     >>> cfg = config("+experiment=dqn_cartpole", "quant.bits=8", "run_dir=runs/dqn")
@@ -16,8 +16,6 @@ Example:
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from omegaconf import DictConfig
 
 from actorq.run.checks import check_run_config, composition_error
@@ -27,21 +25,22 @@ from actorq.util.errors import ConfigError
 def config(*overrides: str) -> DictConfig:
     """The config of one run: ``overrides`` as the command line takes them
     (``"+experiment=NAME"``, ``"group=option"``, ``"key=value"``), composed and checked before
-    anything starts. Without a ``run_dir=`` the run goes to ``outputs/DATE/TIME``, as from the
-    command line.
+    anything starts. Without a ``run_dir=`` the run goes where the command line would put it,
+    ``outputs/EXPERIMENT/DATE_TIME_PRECISION``.
 
     Raises:
         ConfigError: the command line's one-line message for an override it would refuse.
     """
     overrides = list(overrides)
-    if not any(item.startswith("run_dir=") for item in overrides):
-        overrides.append(f"run_dir=outputs/{datetime.now():%Y-%m-%d/%H-%M-%S}")
     problem = composition_error(overrides)
     if problem is not None:
         raise ConfigError(problem)
     from hydra import compose, initialize_config_module
 
     with initialize_config_module("actorq.conf", version_base="1.3"):
+        if not any(item.startswith("run_dir=") for item in overrides):
+            named = compose("config", overrides=overrides, return_hydra_config=True).hydra.run.dir
+            overrides.append(f"run_dir={named}")
         cfg = compose("config", overrides=overrides)
     check_run_config(cfg)
     return cfg

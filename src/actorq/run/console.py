@@ -2,7 +2,7 @@
 
 :class:`ConsoleHandler` is the console handler of a run's logging (``conf/hydra/job_logging``):
 a log line (an evaluation, a warning) is written above the progress bar instead of into it.
-This module imports neither Lightning nor torch, so ``python -m actorq`` configures its
+This module imports neither Lightning nor torch, so ``actorq train`` configures its
 logging and refuses a bad value within seconds, before the slow imports.
 """
 

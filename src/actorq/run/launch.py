@@ -1,4 +1,4 @@
-"""What ``python -m actorq`` checks and arranges before Hydra runs.
+"""What ``actorq train`` checks and arranges before Hydra runs.
 
 A sweep (``-m``) is checked whole before its first job starts: every job's overrides are
 composed and its config checked as :func:`actorq.run.build.check_job` does, so a bad value in

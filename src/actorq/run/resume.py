@@ -1,4 +1,6 @@
-"""Resuming a run: which checkpoint ``ckpt_path`` names, and whether this run can continue it.
+"""Resuming a run: which checkpoint ``ckpt_path`` names, whether this run can continue it, and
+(``actorq resume RUN_DIR``) the overrides that continue a run from its run dir
+(:func:`resume_overrides`).
 
 ``train()`` calls :func:`find_checkpoint` before anything is built and :func:`check_checkpoint`
 once the learner and the actors' precision are known, both before any actor process starts.
@@ -20,14 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 from pathlib import Path
 
 import torch
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from torch import nn
 
 from actorq.util.errors import ConfigError
 
 LAST = "last"
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+SAVED_OVERRIDES = Path(".hydra") / "overrides.yaml"  # what Hydra saves of a run's command line
 EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name
 
 
@@ -123,3 +131,58 @@ def check_shapes(saved: dict, current: dict, path: Path) -> None:
             raise ConfigError(f"ckpt_path={path}: {name} has shape {tuple(saved[name].shape)} in the "
                               f"checkpoint and {tuple(tensor.shape)} in this run (different algo or env "
                               "settings?)")
+
+
+def resume_overrides(run_dir: Path, overrides: list[str]) -> list[str]:
+    """The overrides that continue the run in ``run_dir`` from its last checkpoint: those it was
+    started with (its ``.hydra/overrides.yaml``), then ``overrides``, which replace a started
+    one of the same key, then ``run_dir`` and ``ckpt_path=last`` (unless ``overrides`` names a
+    checkpoint). A run dir that cannot be resumed is a :class:`ConfigError` naming why.
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> (run / ".hydra").mkdir(); (run / "checkpoints").mkdir(); (run / LAST_CHECKPOINT).touch()
+        >>> _ = (run / SAVED_OVERRIDES).write_text("- +experiment=ppo_cartpole\\n- quant.bits=8\\n- run_dir=x\\n")
+        >>> print(*resume_overrides(run, ["actors.total_frames=200000", "quant.bits=32"])[:3])
+        +experiment=ppo_cartpole actors.total_frames=200000 quant.bits=32
+        >>> print(resume_overrides(run, [])[-1])
+        ckpt_path=last
+    """
+    saved = run_dir / SAVED_OVERRIDES
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: no such run dir")
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir} has no {SAVED_OVERRIDES}, so it was not started by `actorq train`; "
+                          f"run `actorq train` with its overrides and run_dir={run_dir} ckpt_path=last")
+    given = [_override_key(override) for override in overrides]
+    for refused in ("run_dir", "hydra.run.dir", "hydra.sweep.dir"):
+        if refused in given:
+            raise ConfigError(f"resume continues the run in {run_dir}: {refused} cannot change (to branch a "
+                              f"run, `actorq train` it with ckpt_path={run_dir / LAST_CHECKPOINT} and a new run_dir)")
+    if "ckpt_path" not in given and not (run_dir / LAST_CHECKPOINT).is_file():
+        raise ConfigError(f"{run_dir} has no {LAST_CHECKPOINT} to resume from (a run with callbacks=no_checkpoint "
+                          "saves none)")
+    started = yaml.safe_load(saved.read_text()) or []
+    replaced = {*given, "run_dir", "hydra.run.dir", "ckpt_path"}
+    kept = [override for override in started if _override_key(override) not in replaced]
+    resume_from = [] if "ckpt_path" in given else ["ckpt_path=last"]
+    return [*kept, *overrides, f"run_dir={_override_value(str(run_dir))}", *resume_from]
+
+
+def _override_key(override: str) -> str:
+    """``+experiment=NAME`` -> ``experiment``; a flag (``-m``) is refused: a resume is one run."""
+    if override.startswith("-"):
+        raise ConfigError(f"resume continues one run: {override} is not an override (KEY=VALUE)")
+    try:
+        return OverridesParser.create().parse_override(override).key_or_group
+    except HydraException as error:
+        raise ConfigError(f"{override!r} is not an override (KEY=VALUE): {error}") from error
+
+
+def _override_value(text: str) -> str:
+    """``text`` as a value Hydra's override grammar reads back unchanged: quoted where it has to be."""
+    if re.fullmatch(r"[\w./@%+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+

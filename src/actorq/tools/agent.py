@@ -13,7 +13,7 @@ Example:
     ...
     actorq.util.errors.ConfigError: no run dir at /nonexistent/run
 
-With a run trained by ``python -m actorq ... run_dir=RUN_DIR``::
+With a run trained by ``actorq train ... run_dir=RUN_DIR``::
 
     agent = actorq.load("RUN_DIR")                        # checkpoints/last.ckpt
     agent = actorq.load("RUN_DIR", policy="quantized")    # the actors' int8 copy
@@ -123,7 +123,7 @@ def load(run_dir: str | Path, ckpt: str | Path = LAST, policy: str = LEARNER) ->
     """The trained policy of a run dir.
 
     Args:
-        run_dir: a run dir written by ``python -m actorq`` (``config.yaml``, ``checkpoints/``).
+        run_dir: a run dir written by ``actorq train`` (``config.yaml``, ``checkpoints/``).
         ckpt: ``"last"`` (``checkpoints/last.ckpt``), a checkpoint's path, or the name of a file
             in the run's ``checkpoints/`` (e.g. ``"frames=800.ckpt"``).
         policy: ``"learner"`` (the learner's fp32 policy) or ``"quantized"`` (the actors'
@@ -151,7 +151,7 @@ def read_config(run_dir: Path) -> DictConfig:
         raise ConfigError(f"no run dir at {run_dir}")
     path = run_dir / CONFIG_FILE
     if not path.is_file():
-        raise ConfigError(f"{run_dir} has no {CONFIG_FILE}: not a run dir written by python -m actorq")
+        raise ConfigError(f"{run_dir} has no {CONFIG_FILE}: not a run dir written by actorq train")
     try:
         config = OmegaConf.load(path)
     except Exception as error:  # noqa: BLE001 - YAML or OmegaConf: the file is damaged

@@ -4,7 +4,7 @@ gymnasium envs render through ``render_mode="rgb_array"`` (CartPole with pygame,
 tasks with MuJoCo), dm_control tasks through ``physics.render``. MuJoCo renders with an
 offscreen OpenGL backend, fixed when ``mujoco`` is first imported: :func:`choose_gl` picks
 one at run time (``MUJOCO_GL`` if set, else the first of EGL and OSMesa that starts here),
-so call it before anything imports MuJoCo; ``python -m actorq.evaluate`` does. The mp4 is
+so call it before anything imports MuJoCo; ``actorq evaluate`` does. The mp4 is
 written with imageio's own ffmpeg binary (``imageio[ffmpeg]``), first to a temporary name,
 then renamed.
 
