@@ -103,7 +103,8 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
     """Loads the run, plays the episodes (and records the video), reporting each result."""
     import torch
 
-    from actorq.tools.agent import load, read_config
+    from actorq.tools.agent import load
+    from actorq.tools.rebuild import read_config
     from actorq.tools.video import choose_gl, needs_gl, record
 
     # A greedy step is one small forward (batch <= episodes), as an actor's is: one thread,
@@ -116,7 +117,7 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
             choose_gl()
     agent = load(options.run_dir, options.ckpt, options.policy)
     seed = agent.config.get("seed", 0) if options.seed is None else options.seed
-    returns = play(agent, options.episodes, seed)
+    returns = agent.evaluate(options.episodes, seed)
     report(f"{agent.config.env.name}, {agent.policy} policy ({agent.precision}), {agent.checkpoint.name}: "
            f"return {format_returns(returns)}")
     if options.video:
@@ -124,13 +125,6 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
         path, frames, episode_return = record(agent, path, seed, max_steps=options.video_steps)
         played = f"the first {options.video_steps} steps' return" if options.video_steps else "return"
         report(f"Video: {path} ({frames} frames, {played} {episode_return:.1f})")
-
-
-def play(agent, episodes: int, seed: int) -> list[float]:
-    """The returns of ``episodes`` greedy episodes of ``agent``, the first seeded with ``seed``."""
-    from actorq.envs import rollout_return
-
-    return rollout_return(agent.make_eval_env(episodes, seed), agent.act, episodes)
 
 
 def format_returns(returns: list[float]) -> str:

@@ -32,6 +32,7 @@ from actorq.util.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
 from actorq.run.build import build, build_learner, resolve_cadence, resolve_collection
 from actorq.run.checks import check_run_config
+from actorq.run.console import lightning_without_adverts
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
 from actorq.experience import Experience
 from actorq.run.learner_precision import resolve_learner_precision
@@ -40,6 +41,7 @@ from actorq.quant import resolve_precision
 from actorq.run.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
 
 log = logging.getLogger(__name__)
+lightning_without_adverts()
 # Lightning's pytree helper trips a deprecation of torch's on every fit; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import actorq
-from actorq.evaluate import play
+
 from actorq.export import export_checkpoint
 from actorq.train import train
 from tests.helpers import CARTPOLE_SOLVED, scalars, solved_evaluations
@@ -101,7 +101,7 @@ def test_the_observation_statistics_reach_the_actors_the_checkpoint_load_and_exp
         agent = actorq.load(run_dir, policy=policy)
         assert torch.equal(agent.network.normalizer.mean, statistics.mean), policy
         assert torch.equal(agent.network.normalizer.var, statistics.var), policy
-        assert len(play(agent, episodes=2, seed=0)) == 2
+        assert len(agent.evaluate(episodes=2, seed=0)) == 2
     observations = torch.randn(16, 3) * 3
     exported = torch.jit.load(str(export_checkpoint(run_dir / "checkpoints" / "last.ckpt", tmp_path / "policy.pt",
                                                     bits=32)), _extra_files={"actorq.json": ""})

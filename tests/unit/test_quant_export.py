@@ -91,7 +91,7 @@ def test_a_loaded_quantized_policy_is_the_whole_version_the_actors_last_ran():
     statistics with its payload, not the rebuilt learner's."""
     from actorq.algos.networks import GaussianPolicy
     from actorq.run.resume import EXPERIENCE_STATE
-    from actorq.tools.agent import saved_actors_network
+    from actorq.tools.rebuild import saved_actors_network
 
     spec = EnvSpec(obs_dim=3, discrete=False, action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
     torch.manual_seed(0)

@@ -16,6 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from typing import Any
+
 from omegaconf import DictConfig
 
 from actorq.run.checks import check_run_config, composition_error
@@ -44,3 +48,40 @@ def config(*overrides: str) -> DictConfig:
         cfg = compose("config", overrides=overrides)
     check_run_config(cfg)
     return cfg
+
+
+def overrides_of(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Keyword settings as command-line overrides: a group's option, a key, or a group's keys
+    as a dict.
+
+    Example:
+        >>> print(*overrides_of({"algo": "ppo", "seed": 1, "quant": {"bits": 8}, "algo.hidden": [64, 64]}))
+        algo=ppo seed=1 quant.bits=8 algo.hidden=[64,64]
+    """
+    overrides = []
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            overrides += overrides_of(value, f"{prefix}{key}.")
+        else:
+            overrides.append(f"{prefix}{key}={override_value(value)}")
+    return overrides
+
+
+def override_value(value: Any) -> str:
+    """A Python value as Hydra's override grammar writes it, quoted where it has to be.
+
+    Example:
+        >>> print(*(override_value(value) for value in (True, None, 2.5e-4, [16, 16], "runs/a", "a b, c")))
+        true null 0.00025 [16,16] runs/a 'a b, c'
+    """
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(override_value, value)) + "]"
+    text = str(value)
+    if re.fullmatch(r"[\w./@%+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+

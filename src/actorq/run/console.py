@@ -31,7 +31,7 @@ class ConsoleHandler(logging.StreamHandler):
 
     def __init__(self, stream=None):
         super().__init__(stream)
-        self.addFilter(lambda record: not str(record.msg).startswith(self.ADVERT))
+        self.addFilter(no_advert)
 
     @override
     def emit(self, record: logging.LogRecord) -> None:
@@ -42,6 +42,20 @@ class ConsoleHandler(logging.StreamHandler):
             raise
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
             self.handleError(record)
+
+
+def no_advert(record: logging.LogRecord) -> bool:
+    """``False`` for Lightning's advertising ("💡 Tip: ..."), a filter for log handlers."""
+    return not str(record.msg).startswith(ConsoleHandler.ADVERT)
+
+
+def lightning_without_adverts() -> None:
+    """Lightning's own console handlers (a run started from Python, where no run logging is
+    configured) leave its advertising out too; call it after importing Lightning."""
+    for name in LIGHTNING_LOGGERS:
+        for handler in logging.getLogger(name).handlers:
+            if no_advert not in handler.filters:
+                handler.addFilter(no_advert)
 
 
 def lightning_logs_through_root() -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import re
 from pathlib import Path
 
 import torch
@@ -31,6 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from torch import nn
 
+from actorq.run.compose import override_value
 from actorq.util.errors import ConfigError
 
 LAST = "last"
@@ -167,7 +167,7 @@ def resume_overrides(run_dir: Path, overrides: list[str]) -> list[str]:
     replaced = {*given, "run_dir", "hydra.run.dir", "ckpt_path"}
     kept = [override for override in started if _override_key(override) not in replaced]
     resume_from = [] if "ckpt_path" in given else ["ckpt_path=last"]
-    return [*kept, *overrides, f"run_dir={_override_value(str(run_dir))}", *resume_from]
+    return [*kept, *overrides, f"run_dir={override_value(str(run_dir))}", *resume_from]
 
 
 def _override_key(override: str) -> str:
@@ -178,11 +178,3 @@ def _override_key(override: str) -> str:
         return OverridesParser.create().parse_override(override).key_or_group
     except HydraException as error:
         raise ConfigError(f"{override!r} is not an override (KEY=VALUE): {error}") from error
-
-
-def _override_value(text: str) -> str:
-    """``text`` as a value Hydra's override grammar reads back unchanged: quoted where it has to be."""
-    if re.fullmatch(r"[\w./@%+-]+", text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-

@@ -1,11 +1,12 @@
-"""A trained run as a policy: ``actorq.load(run_dir)`` -> an :class:`Agent` with a greedy ``act``.
+"""A trained run as a policy: ``actorq.load(run_dir)`` -> an :class:`Agent` that acts
+(``act``, ``predict``), plays evaluation episodes (``evaluate``) and writes itself as one
+TorchScript file (``export``).
 
-The learner is rebuilt from the run dir's ``config.yaml`` the way ``actorq.train`` builds it
-(:func:`actorq.run.build.build_learner`), and its weights come from a checkpoint read with
-``torch.load(weights_only=True)``: tensors and plain containers only, never code. The agent
-plays either the learner's fp32 policy or the actors' reduced-precision copy: the payload
-they last received, as the checkpoint holds it. Anything wrong with the run dir or the
-checkpoint is one :class:`~actorq.util.errors.ConfigError` line.
+The learner is rebuilt from the run dir's ``config.yaml`` and a checkpoint
+(:mod:`actorq.tools.rebuild`). The agent plays either the learner's fp32 policy or the
+actors' reduced-precision copy: the payload they last received, as the checkpoint holds it.
+Anything wrong with the run dir or the checkpoint is one
+:class:`~actorq.util.errors.ConfigError` line.
 
 Example:
     >>> load("/nonexistent/run")  # doctest: +ELLIPSIS
@@ -24,26 +25,21 @@ With a run trained by ``actorq train ... run_dir=RUN_DIR``::
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 from torch import nn
 
 from actorq.callbacks.evaluation import greedy
-from actorq.envs import EnvSpec, import_suites, make_env
-from actorq.envs import make_batched_env
+from actorq.envs import EnvSpec, make_env
+from actorq.envs import make_batched_env, rollout_return
 from actorq.util.errors import ConfigError
-from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
-from actorq.quant.codecs import registered
-from actorq.run.resume import EXPERIENCE_STATE, LAST, check_shapes, read_checkpoint
+from actorq.run.resume import LAST, read_checkpoint
+from actorq.tools.standalone import export_checkpoint
+from actorq.tools.rebuild import find_checkpoint_file, learner_from_config, read_config, saved_actors_network
 
-CONFIG_FILE = "config.yaml"
 LEARNER, QUANTIZED = "learner", "quantized"
 POLICIES = (LEARNER, QUANTIZED)
 
@@ -58,11 +54,12 @@ class Agent:
         network: the network that acts: the learner's fp32 policy or the actors' copy.
         policy: ``"learner"`` or ``"quantized"``.
         precision: what ``network`` runs at, e.g. ``"fp32"`` or ``"int8 static per_tensor"``.
-        checkpoint: the checkpoint file the weights came from.
+        checkpoint: the checkpoint file the weights came from (``None``: a run that saved none).
+        summary: the run's ``summary.json`` when :func:`actorq.learn` trained it, else ``None``.
     """
 
     def __init__(self, config: DictConfig, learner, network: nn.Module, policy: str, precision: str,
-                 checkpoint: Path):
+                 checkpoint: Path | None):
         self.config = config
         self.learner = learner
         self.spec: EnvSpec = learner.spec
@@ -70,6 +67,7 @@ class Agent:
         self.policy = policy
         self.precision = precision
         self.checkpoint = checkpoint
+        self.summary: dict | None = None  # the run's summary.json, when actorq.learn trained it
 
     def act(self, observation: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """The greedy action for one observation ``[obs_dim]`` or a batch ``[B, obs_dim]``.
@@ -101,6 +99,24 @@ class Agent:
             action = policy(obs.unsqueeze(0) if single else obs)
         action = action.squeeze(0) if single else action
         return action.numpy() if as_numpy else action
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None) -> list[float]:
+        """The returns of ``episodes`` greedy episodes, played as the run's evaluation plays them
+        (seeded from ``seed``, by default the run's own); Stable-Baselines3's
+        ``evaluate_policy`` as a method."""
+        if not (isinstance(episodes, int) and episodes > 0):
+            raise ConfigError(f"episodes={episodes!r}: must be a positive integer")
+        seed = self.config.get("seed", 0) if seed is None else seed
+        return rollout_return(self.make_eval_env(episodes, seed), self.act, episodes)
+
+    def export(self, path: str | Path, bits: int | None = None) -> Path:
+        """Writes the actors' policy of this agent's checkpoint as one TorchScript file (what
+        ``actorq export`` writes; :func:`actorq.tools.standalone.export_checkpoint`) and
+        returns its path: the payload the actors last received, or for an fp32 run int8
+        unless ``bits`` says otherwise."""
+        if self.checkpoint is None:
+            raise ConfigError("this run saved no checkpoint (callbacks=no_checkpoint): nothing to export")
+        return export_checkpoint(self.checkpoint, path, bits)
 
     def make_env(self, seed: int | None = None):
         """A fresh environment of the run (a TorchRL env, as :func:`actorq.envs.make_env`)."""
@@ -145,85 +161,5 @@ def load(run_dir: str | Path, ckpt: str | Path = LAST, policy: str = LEARNER) ->
     return Agent(config, learner, network, policy, network.quant.describe(), path)
 
 
-def read_config(run_dir: Path) -> DictConfig:
-    """The run's ``config.yaml``."""
-    if not run_dir.is_dir():
-        raise ConfigError(f"no run dir at {run_dir}")
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} has no {CONFIG_FILE}: not a run dir written by actorq train")
-    try:
-        config = OmegaConf.load(path)
-    except Exception as error:  # noqa: BLE001 - YAML or OmegaConf: the file is damaged
-        raise ConfigError(f"{path}: not a readable config: {_short(error)}") from error
-    if not isinstance(config, DictConfig) or not {"env", "algo"} <= set(config.keys()):
-        raise ConfigError(f"{path}: not a run config (no env and algo inside)")
-    return config
 
 
-def find_checkpoint_file(run_dir: Path, ckpt: str | Path) -> Path:
-    """``checkpoints/last.ckpt`` for ``"last"``; else the path, or the run's checkpoint of that name."""
-    folder = run_dir / "checkpoints"
-    path = folder / "last.ckpt" if str(ckpt) == LAST else Path(ckpt).expanduser()
-    if not path.is_file() and not path.is_absolute() and (folder / path).is_file():
-        path = folder / path
-    if not path.is_file():
-        saved = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
-        listing = f"; {folder} has {', '.join(saved)}" if saved else f"; {run_dir} has no checkpoints"
-        raise ConfigError(f"ckpt={ckpt}: no checkpoint at {path}{listing}")
-    return path
-
-
-def learner_from_config(config: DictConfig | dict, state_dict: dict, source: Path | str):
-    """The run's learner, built as ``actorq.train`` builds it, holding ``state_dict``'s weights."""
-    from actorq.run.build import build_learner  # the trainer's stack, only when a learner is rebuilt
-
-    cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
-    try:
-        import_suites(cfg.env.get("module"))
-        env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
-        learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
-    except (OmegaConfBaseException, HydraException) as error:
-        raise ConfigError(f"{source}: the run's config does not build a learner: {_short(error)}") from error
-    check_shapes(state_dict, learner.state_dict(), Path(source))
-    learner.load_state_dict(state_dict)
-    return learner.eval()
-
-
-def saved_actors_network(checkpoint: dict, network: nn.Module, source: Path | str) -> QuantizedNetwork:
-    """The actors' copy of ``network``: the whole version they last received (checkpoint state:
-    payload, head state and observation statistics; checkpoints that saved the payload alone
-    keep ``network``'s head and statistics)."""
-    state = checkpoint.get(EXPERIENCE_STATE, {})
-    if "quant" not in state or "payload" not in state:
-        raise ConfigError(f"{source}: the checkpoint holds no actors' policy (no quant and payload inside)")
-    try:
-        quant = QuantSpec(**state["quant"])
-        if state.get("rung", 0):  # the last push went out at a fallback precision of quant.max_kl
-            quant = quant.fallbacks()[state["rung"] - 1]
-        quantized = QuantizedNetwork.template_for(network, payload_format(quant, network, state["payload"]))
-        quantized.load_version(state["payload"], state.get("head"), state.get("normalizer"))
-    except (TypeError, ValueError, KeyError, IndexError, RuntimeError) as error:
-        raise ConfigError(f"{source}: the actors' policy in the checkpoint does not load: {_short(error)}") from error
-    return quantized.eval()
-
-
-def payload_format(quant: QuantSpec, network: nn.Module, payload: dict) -> QuantSpec:
-    """``quant``, or the same precision in the codec that wrote ``payload``.
-
-    A checkpoint stores its spec as configured (``format: null``), so one written before
-    ``quant.bits=8 mode=static`` kept the output layer in fp32 holds an all-int8 payload
-    (``int8_static``); this finds the codec serving those bits and mode whose payload it is.
-    """
-    layout = TrunkLayout.from_trunk(network.trunk)
-    candidates = [quant] + [dataclasses.replace(quant, format=codec.name) for codec in registered()
-                            if quant.format is None and codec.serves(quant)]
-    for candidate in candidates:
-        if set(candidate.codec.payload_spec(layout, candidate)) == set(payload):
-            return candidate
-    return quant  # load_payload says what does not fit
-
-
-def _short(error: Any) -> str:
-    """An exception as one short line."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"

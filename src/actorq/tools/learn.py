@@ -1,0 +1,58 @@
+"""``actorq.learn(...)``: train one run and get its agent back in one call, as
+Stable-Baselines3's ``PPO(...).learn(...)`` does.
+
+The run is the one ``actorq train`` would run with the same overrides (composed and checked
+by :func:`actorq.config`, trained by :func:`actorq.train.train`), with the same run dir,
+checkpoints, TensorBoard logs and ``summary.json``. Call it under
+``if __name__ == "__main__":``: the actor processes import the calling script.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actorq.run.compose import config, overrides_of
+from actorq.run.resume import LAST_CHECKPOINT
+from actorq.tools.agent import Agent, load
+
+
+def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Agent:
+    """Trains one run and returns its trained agent.
+
+    Args:
+        experiment: an experiment's name (``"ppo_cartpole"``; ``actorq train --help`` lists
+            them), or ``None`` for each config group's defaults (then say ``algo`` and ``env``).
+        *overrides: overrides as the command line takes them (``"quant.bits=8"``).
+        **settings: the same as keywords: a group's option (``algo="sac"``), a key
+            (``seed=1``), or a group's keys as a dict (``quant={"bits": 8}``).
+
+    Returns:
+        The :class:`~actorq.tools.agent.Agent` of the run's last checkpoint (the learner's
+        fp32 policy), with the run's ``summary.json`` as ``agent.summary``. A run without
+        checkpoints (``callbacks="no_checkpoint"``) gives the learner's policy as trained,
+        which cannot ``export``.
+
+    Raises:
+        ConfigError: what ``actorq train`` would refuse, in its one line.
+
+    Example (a full run; ``tests/integration/test_readme.py`` runs it with a tiny budget)::
+
+        agent = actorq.learn("ppo_cartpole", quant={"bits": 8}, run_dir="runs/ppo")
+        action, _ = agent.predict(observation, deterministic=True)
+        returns = agent.evaluate(episodes=10)
+        agent.export("policy.pt")
+    """
+    from actorq.train import train  # the training stack, only when a run trains
+
+    named = [f"+experiment={experiment}"] if experiment is not None else []
+    cfg = config(*named, *overrides, *overrides_of(settings))
+    summary, objects = train(cfg)
+    run_dir = Path(cfg.run_dir)
+    if (run_dir / LAST_CHECKPOINT).is_file():
+        agent = load(run_dir)
+    else:
+        learner = objects["learner"].eval()
+        agent = Agent(cfg, learner, learner.behaviour_network, "learner", "fp32", checkpoint=None)
+    agent.summary = summary
+    return agent

@@ -1,0 +1,116 @@
+"""A policy as one TorchScript file that plain ``torch`` loads and runs without actorq.
+
+:func:`export` writes a :class:`~actorq.quant.QuantizedNetwork` (trunk at its precision + fp32
+head); :func:`export_checkpoint` writes the actors' policy of a run's checkpoint: the payload
+they last received, or for an fp32 run an int8 dynamic quantization unless ``bits`` says
+otherwise, calibrated on the observations the run saved with the checkpoint
+(:func:`actorq.tools.rebuild.calibration_set`). Either way
+``torch.jit.load(OUT)(observation) -> action``.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from actorq.envs import EnvSpec
+    >>> from actorq.algos.networks import DeterministicActor
+    >>> from actorq.quant import QuantSpec
+    >>> spec = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+    >>> actor = DeterministicActor(spec, hidden=(32, 32))
+    >>> quantized = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"))
+    >>> path = export(quantized, pathlib.Path(tempfile.mkdtemp()) / "policy.pt")
+    >>> torch.jit.load(str(path))(torch.zeros(3)).shape  # in any process, with torch only
+    torch.Size([1])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from actorq.quant import QuantizedNetwork
+from actorq.run.resume import LAST_CHECKPOINT, read_checkpoint
+from actorq.tools.rebuild import actors_network, load_learner
+from actorq.util.errors import ConfigError
+
+METADATA_FILE = "actorq.json"
+
+
+class StandalonePolicy(nn.Module):
+    """``obs -> action``: the policy's observation normalizer (if it has one), the quantized
+    trunk, the fp32 head and, for Q-networks and categorical policies, the argmax.
+
+    Accepts ``[obs_dim]`` or ``[..., obs_dim]`` observations, like the actors' network.
+    """
+
+    def __init__(self, trunk: nn.Module, head: nn.Module, greedy: bool, normalizer: nn.Module | None = None):
+        super().__init__()
+        self.normalizer = normalizer if normalizer is not None else nn.Identity()
+        self.trunk = trunk
+        self.head = head
+        self.greedy = greedy
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        flat = self.normalizer(observation.reshape(-1, observation.shape[-1]))
+        out = self.head(self.trunk(flat))
+        out = out.reshape(observation.shape[:-1] + out.shape[-1:])
+        if self.greedy:
+            return out.argmax(dim=-1)
+        return out
+
+
+def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) -> Path:
+    """Writes ``network`` (trunk at its precision + head) as a TorchScript archive.
+
+    Load it with ``torch.jit.load(path)``; the file also holds ``actorq.json`` (precision,
+    codec format, widths, per-layer norms and activations), readable with
+    ``torch.jit.load(path, _extra_files={"actorq.json": ""})``.
+
+    Args:
+        network: a quantized policy with a payload loaded.
+        path: the file to write (parent directories are created).
+        greedy: return ``argmax`` over the outputs (a Q-network's action) instead of them.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    policy = StandalonePolicy(network.executable_trunk(), network.head, greedy, network.normalizer).eval()
+    metadata = {
+        "precision": network.quant.describe(),
+        "format": network.codec.name,
+        "sizes": list(network.layout.sizes),
+        "layer_norm": network.layout.layer_norm,
+        "layers": [dataclasses.asdict(layer) for layer in network.layout.layers],
+        "normalizes_observations": network.normalizer is not None,
+        "greedy": greedy,
+        "torch": torch.__version__,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript is in maintenance mode upstream
+        scripted = torch.jit.script(policy)
+        torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: json.dumps(metadata)})
+    return path
+
+
+def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | None = None) -> Path:
+    """Writes the standalone policy of a checkpoint (or of a run dir's last one); returns the
+    path written."""
+    path = Path(checkpoint_path)
+    if path.is_dir():
+        path = path / LAST_CHECKPOINT
+    if not path.is_file():
+        raise ConfigError(f"no checkpoint at {path}")
+    checkpoint = read_checkpoint(path)
+    learner, env = load_learner(checkpoint)
+    try:
+        network = actors_network(checkpoint, learner, env, bits)
+    except ValueError as error:  # a precision QuantSpec refuses, e.g. --bits 1
+        raise ConfigError(f"--bits {bits}: {error}") from error
+    try:
+        return export(network, out, greedy=learner.spec.discrete)
+    except OSError as error:
+        raise ConfigError(f"cannot write {out}: {error.strerror or error}") from error
