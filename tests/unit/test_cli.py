@@ -1,6 +1,8 @@
 """The ``actorq`` command: its commands, how each is reached, and what ``actorq resume``
 continues. Runs through the commands are in ``tests/integration/test_console.py``."""
 
+from pathlib import Path
+
 import pytest
 
 from actorq.__main__ import COMMANDS, cli
@@ -78,3 +80,12 @@ def test_resume_refuses_what_it_cannot_continue_in_one_line(finished_run, damage
         run_dir = finished_run / "missing"
     with pytest.raises(ConfigError, match=why.replace(".", r"\.").replace("[", r"\[")):
         resume_overrides(run_dir, overrides)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_the_command_line_reference_has_a_section_for_every_command():
+    text = (DOCS / "cli.md").read_text()
+    for name in COMMANDS:
+        assert f"\n## actorq {name}\n" in text and f"| `actorq {name}` |" in text, name

@@ -404,3 +404,21 @@ def test_the_checks_can_fail():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+PURPOSES = ["Home", "Tutorials", "How-to guides", "Reference", "Explanation", "Results"]
+
+
+def nav_pages(entries) -> list[str]:
+    pages = []
+    for entry in entries:
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            pages += nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_docs_are_grouped_by_purpose_and_every_page_is_in_the_nav():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert [next(iter(entry)) for entry in config["nav"]] == PURPOSES
+    pages = {str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md")}
+    assert sorted(nav_pages(config["nav"])) == sorted(pages)
