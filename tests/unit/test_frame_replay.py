@@ -4,6 +4,8 @@ ends (terminated by a lost life) and the ring's wrap."""
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 import torch
@@ -97,6 +99,27 @@ def test_the_ring_forgets_the_oldest_steps_and_never_samples_a_stack_it_overwrot
                        for step in newest.values()), (env, i)
     sample = replay.sample(64, generator=np.random.default_rng(0))
     assert sample["observation"].shape == (64, 4, 84, 84) and sample["observation"].dtype == torch.uint8
+    assert len(replay) == sum(len(starts) for starts in replay.starts())
+
+
+def test_draws_are_uniform_over_the_transitions_and_never_start_at_a_final_frame():
+    replay = FrameReplay(capacity=2 * 40, envs=2, frame_shape=(1,))
+    done = torch.zeros(2, 30, 1, dtype=torch.bool)
+    done[0, 4::5] = True  # env 0: an episode every 5 steps, so many final frames; env 1: none
+    batch = TensorDict({"observation": torch.zeros(2, 30, 4, 1, dtype=torch.uint8),
+                        "action": torch.zeros(2, 30, dtype=torch.int64),
+                        "next": {"observation": torch.zeros(2, 30, 4, 1, dtype=torch.uint8),
+                                 "reward": torch.zeros(2, 30, 1), "terminated": done, "done": done}},
+                       batch_size=[2, 30])
+    replay.extend(batch)
+    replay.extend(batch)  # wraps both rings
+    starts = {(env, int(slot)) for env, slots in enumerate(replay.starts()) for slot in slots}
+    assert len(replay) == len(starts)
+    env, slot = replay.draw(200_000, np.random.default_rng(0))
+    drawn = collections.Counter(zip(env.tolist(), slot.tolist()))
+    assert set(drawn) == starts  # every transition, and nothing else (no final frame, no overwritten stack)
+    expected = 200_000 / len(starts)
+    assert all(abs(count - expected) < 5 * expected ** 0.5 for count in drawn.values())
 
 
 def test_a_million_atari_transitions_fit_in_8_gb_and_bad_input_is_refused():

@@ -103,32 +103,60 @@ class FrameReplay:
         if episode_step >= 0:
             self._next_step[env] = episode_step + 1
 
+    def windows(self) -> np.ndarray:
+        """Per env, ``[first, end)``: the absolute slots that may start a transition (their stack
+        is still in the ring, their next slot is written); final frames among them start none."""
+        first = np.maximum(0, self.written - self.slots + self.stack - 1)  # older stacks are overwritten
+        return np.stack([first, np.maximum(first, self.written - 1)], axis=1)
+
     def starts(self) -> list[np.ndarray]:
         """Per env, the absolute slot numbers that start a sampleable transition: a step (not
-        a final frame) whose next slot is written and whose stack is still in the ring."""
+        a final frame) in its env's :meth:`windows`."""
         starts = []
-        for env in range(self.envs):
-            first = max(0, self.written[env] - self.slots + self.stack - 1)  # older stacks are overwritten
-            candidates = np.arange(first, self.written[env] - 1)
+        for env, (first, end) in enumerate(self.windows()):
+            candidates = np.arange(first, end)
             starts.append(candidates[self.episode_step[env, candidates % self.slots] >= 0])
         return starts
 
     def __len__(self) -> int:
-        return sum(len(starts) for starts in self.starts())
+        total = 0
+        for env, (first, end) in enumerate(self.windows()):
+            finals = 0  # final frames in the window: the ring's slots of [first, end), in at most two runs
+            for low, high in self._ring_runs(first, end):
+                finals += int(np.count_nonzero(self.episode_step[env, low:high] < 0))
+            total += int(end - first) - finals
+        return total
+
+    def _ring_runs(self, first: int, end: int) -> list[tuple[int, int]]:
+        """The ring indices of absolute slots ``[first, end)`` as at most two ``[low, high)`` runs."""
+        if end <= first:
+            return []
+        low, high = first % self.slots, end % self.slots or self.slots
+        return [(low, high)] if low < high else [(low, self.slots), (0, high)]
 
     def sample(self, size: int, generator: np.random.Generator | None = None) -> TensorDict:
-        """``size`` transitions drawn uniformly: ``observation`` and ``next_observation``
-        ``[size, stack, *frame]`` uint8, ``action``, ``reward``, ``terminated``, ``done``."""
-        rng = generator or np.random.default_rng()
-        starts = self.starts()
-        counts = np.array([len(s) for s in starts])
-        if counts.sum() == 0:
+        """``size`` transitions drawn uniformly (:meth:`draw`): ``observation`` and
+        ``next_observation`` ``[size, stack, *frame]`` uint8, ``action``, ``reward``,
+        ``terminated``, ``done``."""
+        return self.transitions(*self.draw(size, generator or np.random.default_rng()))
+
+    def draw(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``size`` (env, absolute slot) pairs, uniform over the stored transitions: each draw
+        picks a slot uniformly among every env's window and draws again where it hit a final
+        frame (one per episode, so few draws repeat), at a cost that grows with ``size``, not
+        with the capacity."""
+        windows = self.windows()
+        widths = windows[:, 1] - windows[:, 0]
+        if widths.sum() == 0 or len(self) == 0:
             raise ValueError("the frame replay holds no complete transition yet")
-        picks = rng.integers(0, counts.sum(), size=size)
-        env = np.searchsorted(np.cumsum(counts), picks, side="right")
-        offsets = picks - np.concatenate([[0], np.cumsum(counts)[:-1]])[env]
-        slot = np.array([starts[e][o] for e, o in zip(env, offsets)])
-        return self.transitions(env, slot)
+        env, slot = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+        todo = np.arange(size)
+        while len(todo):
+            picks = rng.integers(0, widths.sum(), size=len(todo))
+            env[todo] = np.searchsorted(np.cumsum(widths), picks, side="right")
+            slot[todo] = windows[env[todo], 0] + picks - (np.cumsum(widths) - widths)[env[todo]]
+            todo = todo[self.episode_step[env[todo], slot[todo] % self.slots] < 0]  # final frames: again
+        return env, slot
 
     def transitions(self, env: np.ndarray, slot: np.ndarray) -> TensorDict:
         """The transitions that start at absolute slots ``slot`` of envs ``env`` (see
