@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from actorq.algos.base import Exploration, soft_update
+from actorq.algos.base import Exploration
+from actorq.algos.off_policy import soft_update
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3

@@ -180,7 +180,7 @@ def test_sac_checks_its_temperature_rate():
 
 
 def test_soft_update_refuses_networks_of_different_shapes():
-    from actorq.algos.base import soft_update
+    from actorq.algos.off_policy import soft_update
 
     with pytest.raises(ValueError):
         soft_update(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)), 0.5)

@@ -138,6 +138,6 @@ class ActorCriticLearner(OffPolicyLearner):
     def update_critics(self, sample: Sample, optimizer) -> dict[str, torch.Tensor]:
         """One critic step; feeds the TD errors back as priorities; returns its terms."""
         loss_value, td_error = self.critic_loss(sample)
-        self.optimizer_step(optimizer, loss_value)
+        self.optimize(optimizer, loss_value)
         self.feed_priorities(sample, td_error)
         return {"loss_value": loss_value.detach(), "td_error": td_error.detach().abs().mean()}

@@ -11,7 +11,7 @@ actorq has two learner families, each a base class beside the other (SB3's
   and the policy version they acted with).
 
 :class:`Learner` is the base of both: the networks the actors run a copy of, optimizers and
-their learning-rate schedule, the finite-loss guard, target networks, the frame clock,
+their learning-rate schedule, the finite-loss guard, the frame clock,
 logging and the counters a checkpoint keeps. A learner declares what it needs of its
 experience in two class attributes: :attr:`Learner.experience_kind` (``"replay"`` or
 ``"rollout"``) and :attr:`Learner.records` (what the actors record with each step). A family
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from abc import abstractmethod
 from typing import Any, Protocol
 
@@ -56,10 +55,6 @@ from actorq.util.finite import check_finite_loss
 from actorq.data.parallel import ranks_in_sync
 from actorq.data.writer import Arrivals
 from actorq.algos.resume import extend_to_budget, rng_states, set_rng_states
-
-# TD3's delayed actor skips its optimizer on some updates while every scheduler steps once
-# per update (the schedule counts updates, not optimizer steps), which torch warns about.
-warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 EXPERIENCE_KINDS = ("replay", "rollout")
 """What a learner learns from: transitions sampled from a replay, or whole rollouts."""
@@ -96,16 +91,6 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     small ops. Same update; its step on a 2048x3 MLP is ~10x faster on a CPU thread
     (``actorq bench learner`` measures the gain, docs/benchmarks.md)."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-
-
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """``target <- tau * source + (1 - tau) * target`` (``tau=1`` copies), one fused op over
-    all the parameters."""
-    targets, sources = list(target.parameters()), list(source.parameters())
-    if [t.shape for t in targets] != [s.shape for s in sources]:
-        raise ValueError(f"target and source networks differ: {len(targets)} vs {len(sources)} parameters")
-    with torch.no_grad():
-        torch._foreach_lerp_(targets, sources, tau)
 
 
 class LinearDecay:
@@ -152,7 +137,7 @@ class ExperienceSource(Protocol):
 
 
 class Learner(L.LightningModule):
-    """The base of both learner families: networks, optimizers, targets, logging, counters.
+    """The base of both learner families: networks, optimizers, logging, counters.
 
     A family says what one batch of experience pays for (:meth:`learn`) and how many updates
     a run of a given length plans (:meth:`planned_updates`); an algorithm says what its
@@ -160,7 +145,8 @@ class Learner(L.LightningModule):
 
     Args:
         spec: the environment spec.
-        exploration: actor-side exploration schedule.
+        exploration: actor-side exploration schedule (``None``: the actors add none, as an
+            on-policy learner's sample from the policy itself).
         gamma: discount factor.
         final_lr_fraction: every optimizer's learning rate falls linearly from its initial
             value to this fraction of it over the run's planned updates (1.0 keeps it
@@ -173,11 +159,11 @@ class Learner(L.LightningModule):
     stochastic: bool = False  # the actors act with behaviour_network.sample() instead of adding noise
     experience_kind: str = "replay"  # or "rollout" (EXPERIENCE_KINDS)
     records: tuple[str, ...] = ()  # what the actors record with each step besides the action (actorq.actors.policy.RECORDS)
-    target_tau: float = 1.0  # soft target update rate of update_targets (1.0 copies)
     push_every_n_steps: int = 100  # learner steps between two pushes of the policy to the actors
     init_random_frames: int = 1000  # the actors' first frames with uniformly random actions
 
-    def __init__(self, spec: EnvSpec, exploration: Exploration, gamma: float = 0.99, final_lr_fraction: float = 1.0):
+    def __init__(self, spec: EnvSpec, exploration: Exploration | None = None, gamma: float = 0.99,
+                 final_lr_fraction: float = 1.0):
         super().__init__()
         check_number(gamma=gamma, final_lr_fraction=final_lr_fraction)
         if not 0 < gamma <= 1:
@@ -186,7 +172,7 @@ class Learner(L.LightningModule):
             raise ValueError(f"final_lr_fraction must be in [0, 1], got {final_lr_fraction}")
         self.automatic_optimization = False
         self.spec = spec
-        self.clock = FrameClock(exploration)
+        self.clock = FrameClock(exploration if exploration is not None else Exploration(0.0))
         self.experience: ExperienceSource | None = None
         self.gamma = gamma
         self.final_lr_fraction = final_lr_fraction
@@ -213,13 +199,6 @@ class Learner(L.LightningModule):
     def make_optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers, in the order the algorithm's update unpacks ``self.optimizers()``."""
 
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        """``(target, online)`` network pairs kept in sync by :meth:`update_targets` (none here)."""
-        return []
-
-    # --- what a family provides -------------------------------------------------------
-
-    @abstractmethod
     def learn(self, batch: Any, new_frames: int) -> dict[str, torch.Tensor]:
         """Runs the updates one batch of experience pays for; returns each logged term."""
 
@@ -250,7 +229,7 @@ class Learner(L.LightningModule):
 
     # --- what variants share --------------------------------------------------------
 
-    def optimizer_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
+    def optimize(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
         """``zero_grad``, backward through Lightning (precision plugins apply), optional
         gradient-norm clipping, ``step``; a non-finite loss stops training
         (:mod:`actorq.util.finite`)."""
@@ -317,11 +296,6 @@ class Learner(L.LightningModule):
         for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
             if scheduler is not None:
                 scheduler.step()
-
-    def update_targets(self) -> None:
-        """Moves every target network :attr:`target_tau` of the way to its online network."""
-        for target, online in self.target_pairs():
-            soft_update(target, online, self.target_tau)
 
     def _log(self, arrivals: Arrivals, metrics: dict[str, torch.Tensor]) -> None:
         values = {f"train/{name}": float(value) for name, value in metrics.items()}

@@ -77,6 +77,6 @@ class DDPG(ActorCriticLearner):
         metrics = self.update_critics(sample, critic_optimizer)
         if self.should_update_actor():
             loss_actor = self.actor_loss(sample.batch["observation"])
-            self.optimizer_step(actor_optimizer, loss_actor)
+            self.optimize(actor_optimizer, loss_actor)
             metrics["loss_actor"] = loss_actor.detach()
         return metrics

@@ -87,6 +87,6 @@ class DQN(OffPolicyLearner):
         target = self.td_target(batch)
         loss_value = (sample.weights * F.smooth_l1_loss(q_value, target, reduction="none")).mean()
 
-        self.optimizer_step(self.optimizers(), loss_value, self.max_grad_norm)
+        self.optimize(self.optimizers(), loss_value, self.max_grad_norm)
         self.feed_priorities(sample, q_value - target)
         return {"loss_value": loss_value.detach(), "q_mean": q_value.detach().mean()}

@@ -129,6 +129,11 @@ class OffPolicyLearner(Learner):
                 self.update_targets()
         return {name: total / counts[name] for name, total in totals.items()}
 
+    def update_targets(self) -> None:
+        """Moves every target network :attr:`target_tau` of the way to its online network."""
+        for target, online in self.target_pairs():
+            soft_update(target, online, self.target_tau)
+
     def log_values(self) -> dict[str, float]:
         return {"time/samples_per_insert": self.learner_steps * self.batch_size / max(1, self.frames)}
 
@@ -137,3 +142,13 @@ class OffPolicyLearner(Learner):
 
     def restore_counters(self, state: dict[str, Any]) -> None:
         self._update_debt = state.get("update_debt", 0.0)
+
+
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """``target <- tau * source + (1 - tau) * target`` (``tau=1`` copies), one fused op over
+    all the parameters."""
+    targets, sources = list(target.parameters()), list(source.parameters())
+    if [t.shape for t in targets] != [s.shape for s in sources]:
+        raise ValueError(f"target and source networks differ: {len(targets)} vs {len(sources)} parameters")
+    with torch.no_grad():
+        torch._foreach_lerp_(targets, sources, tau)

@@ -79,7 +79,7 @@ class OnPolicyLearner(Learner):
 
     def __init__(self, spec: EnvSpec, exploration: Exploration | None = None, gamma: float = 0.99,
                  final_lr_fraction: float = 1.0, max_policy_lag: int | None = None):
-        super().__init__(spec, exploration if exploration is not None else Exploration(0.0), gamma=gamma,
+        super().__init__(spec, exploration, gamma=gamma,
                          final_lr_fraction=final_lr_fraction)
         if max_policy_lag is not None and max_policy_lag < 0:
             raise ValueError(f"max_policy_lag must be >= 0 or null, got {max_policy_lag}")
@@ -95,9 +95,9 @@ class OnPolicyLearner(Learner):
         """The gradient updates of one rollout ``[envs, T]``; returns named, detached terms."""
 
     def gradient_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
-        """One gradient update (:meth:`~actorq.algos.base.Learner.optimizer_step`), counted,
+        """One gradient update (:meth:`~actorq.algos.base.Learner.optimize`), counted,
         with the learning-rate schedule stepped."""
-        self.optimizer_step(optimizer, loss, max_grad_norm)
+        self.optimize(optimizer, loss, max_grad_norm)
         self.learner_steps += 1
         self.step_schedulers()
 

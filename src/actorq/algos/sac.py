@@ -116,10 +116,10 @@ class SAC(ActorCriticLearner):
         metrics = self.update_critics(sample, critic_optimizer)
 
         loss_actor, log_prob = self.actor_loss(sample.batch["observation"])
-        self.optimizer_step(actor_optimizer, loss_actor)
+        self.optimize(actor_optimizer, loss_actor)
 
         loss_alpha = self.alpha_loss(log_prob)
-        self.optimizer_step(alpha_optimizer, loss_alpha)
+        self.optimize(alpha_optimizer, loss_alpha)
         return {
             **metrics,
             "loss_actor": loss_actor.detach(),

@@ -10,9 +10,15 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from actorq.algos.ddpg import DDPG
+
+# The delayed actor skips its optimizer on some updates while every scheduler steps once per
+# update (the schedule counts updates, not optimizer steps), which torch warns about.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 
 class TD3(DDPG):
