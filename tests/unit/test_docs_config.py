@@ -422,3 +422,18 @@ def test_the_docs_are_grouped_by_purpose_and_every_page_is_in_the_nav():
     assert [next(iter(entry)) for entry in config["nav"]] == PURPOSES
     pages = {str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md")}
     assert sorted(nav_pages(config["nav"])) == sorted(pages)
+
+
+ONE_MACHINE = re.compile(r"\bcommit [0-9a-f]{7,40}\b|`[0-9a-f]{7,40}`|\bthis change\b|before this change|"
+                         r"\bEPYC\b|\bXeon\b|\bRyzen\b|family \d+,? model \d+|\bload (average )?\d")
+"""What belongs to a measurement and its history: a commit, a CPU model, a machine's load."""
+
+
+def test_only_results_pages_carry_commits_cpus_and_loads():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    results = set(nav_pages(next(entry["Results"] for entry in config["nav"] if "Results" in entry)))
+    texts = [ROOT / "README.md", *(DOCS / page for page in nav_pages(config["nav"]) if page not in results),
+             *(ROOT / "src" / "actorq").rglob("*.py"), *(ROOT / "conf").rglob("*.yaml")]
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}" for path in texts
+             for number, line in enumerate(path.read_text().splitlines(), start=1) if ONE_MACHINE.search(line)]
+    assert not found, "measurements belong under Results (docs/measured/):\n" + "\n".join(found)

@@ -56,7 +56,7 @@ def test_concrete_specs_pass_through_unchanged():
 
 
 # What a 2048-wide actor measured at batch 1 and at batch 16 (one thread, AMD EPYC with
-# avx512_vnni, docs/quantization.md): the int8 codecs 8-14x faster than fp32. Whether int8 is
+# avx512_vnni, docs/measured/quantization.md): the int8 codecs 8-14x faster than fp32. Whether int8 is
 # really faster on a given CPU is measured by `actorq bench inference`, not here.
 WIDE_BATCH_ONE_US = {"fp32": 1870.0, "bf16": 900.0, "int8_static_fp32_ends": 203.0, "int8_dynamic": 229.0,
                      "int8_static_fp32_ends_onednn": 240.0, "int8_dynamic_onednn": 260.0}

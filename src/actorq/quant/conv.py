@@ -8,8 +8,8 @@ does for each op is torch.ao's (``get_default_qconfig_mapping``); the engine is 
 
 One change to the x86 recipe: its activations get all 8 bits, not torch's 7, where this CPU's
 kernels sum 8-bit inputs exactly (:func:`actorq.quant._ao.saturates_full_range`, measured once
-per process, as for the MLP recipes). On an AMD EPYC with AVX-512 VNNI that made the mean
-logit error of Nature-CNN and IMPALA-CNN policies on Breakout frames 1.5-2.3x smaller.
+per process, as for the MLP recipes), which makes the int8 copy's logit error smaller
+(docs/measured/pixels.md).
 
 Example:
     >>> from actorq.algos.conv import PixelPolicy
