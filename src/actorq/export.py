@@ -22,12 +22,16 @@ __all__ = ["StandalonePolicy", "actors_network", "calibration_set", "export", "e
            "payload_format"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="actorq export", description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="a run dir (its checkpoints/last.ckpt) or a .ckpt file")
     parser.add_argument("out", help="the file to write (TorchScript)")
     parser.add_argument("--bits", type=int, default=None, help="re-quantize at this precision (8, 16, 2..7, 32)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     try:
         path = export_checkpoint(args.checkpoint, args.out, args.bits)
     except ConfigError as error:

@@ -606,7 +606,7 @@ def terminal_summary(markdown: str) -> str:
     return "\n".join(line for i, line in enumerate(lines) if line or (i and lines[i - 1]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="actorq report", description=DESCRIPTION, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="sweep dirs or run dirs")
@@ -617,6 +617,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.target_fraction <= 1:
         parser.error(f"--target-fraction must be in (0, 1], got {args.target_fraction}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         report = write_report(args.dirs, args.out or args.dirs[0], args.target_return, args.target_fraction)
     except FileNotFoundError as error:

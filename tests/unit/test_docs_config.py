@@ -437,3 +437,7 @@ def test_only_results_pages_carry_commits_cpus_and_loads():
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}" for path in texts
              for number, line in enumerate(path.read_text().splitlines(), start=1) if ONE_MACHINE.search(line)]
     assert not found, "measurements belong under Results (docs/measured/):\n" + "\n".join(found)
+
+
+def test_the_readme_stays_short():
+    assert len((ROOT / "README.md").read_text().split()) <= 500  # as `wc -w` counts; the rest is in docs/

@@ -47,7 +47,7 @@ CPU_FLAGS = ("avx2", "avx512_vnni", "avx512_bf16", "amx_int8")
 """The CPU features that decide int8 and bf16 speed, reported with every run."""
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="actorq bench fleet", description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="breakout", help="ale-py ROM name")
     parser.add_argument("--trunks", nargs="+", default=["nature", "impala"], help="convolutional trunks")
@@ -210,7 +210,7 @@ def fleet_rows(rows: list[dict], learner_fps: list[float]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    args = _parse(argv)
+    args = parse_args(argv)
     rows = measure(args)
     speedups = {}
     for row in rows:

@@ -76,7 +76,7 @@ def sweep_error(argv: list[str]) -> str | None:
     for number, job in enumerate(jobs):
         error = composition_error(job)
         if error is None:
-            error, job_unread = _check_error(job)
+            error, job_unread = job_error(job)
             unread.append(job_unread)
         if error is not None:
             return f"sweep job {number} ({' '.join(job)}): {error}; no job was started"
@@ -103,14 +103,15 @@ def unread_in_sweep(jobs: list[list[str]], unread: list[dict[str, str]]) -> str 
     return None
 
 
-def _check_error(job: list[str]) -> tuple[str | None, dict[str, str]]:
+def job_error(job: list[str], sweep: bool = True) -> tuple[str | None, dict[str, str]]:
     """Why the job's config fails :func:`actorq.run.build.check_job` (``None`` if it passes), and
-    its :func:`~actorq.run.checks.unread_keys`."""
+    its :func:`~actorq.run.checks.unread_keys`, checked as one job of a sweep or (``sweep=False``)
+    as a single run from the command line."""
     from actorq.run.build import check_job
 
     with initialize_config_module("actorq.conf", version_base="1.3"):
         cfg = compose("config", overrides=job, return_hydra_config=True)
-    cfg.hydra.mode = RunMode.MULTIRUN
+    cfg.hydra.mode = RunMode.MULTIRUN if sweep else RunMode.RUN
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):  # the job's output dir exists only once Hydra launches it
         if not any(item.startswith("run_dir=") for item in job):
