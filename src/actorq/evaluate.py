@@ -108,7 +108,7 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
     from actorq.tools.video import choose_gl, needs_gl, record
 
     # A greedy step is one small forward (batch <= episodes), as an actor's is: one thread,
-    # as the actors run; more threads only wait on each other (10x slower on a busy CPU).
+    # as the actors run; more threads only wait on each other (much slower on a busy CPU).
     torch.set_num_threads(1)
 
     if options.video:  # before anything imports dm_control, which fixes its renderer then

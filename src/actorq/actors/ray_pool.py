@@ -68,7 +68,7 @@ class RolloutWorker:
         # TorchRL's own worker loop switches random actions per batch the same way.
         self.collector.init_random_frames = float("inf") if random_actions else -1
         # One storage under every field: Ray then pickles one buffer, not a TensorDict of
-        # tensors (a 10-step batch's put and get: 1.3 ms against 5 ms).
+        # tensors, several times faster (docs/measured/actors.md).
         return next(self.batches).consolidate()
 
     def load(self, weights: TensorDictBase) -> None:

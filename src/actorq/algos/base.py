@@ -88,8 +88,8 @@ class Exploration:
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with torch's fused kernel: one pass over all the parameters instead of a loop of
-    small ops. Same update; its step on a 2048x3 MLP is ~10x faster on a CPU thread
-    (``actorq bench learner`` measures the gain, docs/benchmarks.md)."""
+    small ops. Same update; on a wide MLP its step is several times faster on a CPU thread
+    (``actorq bench learner`` measures the gain)."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 

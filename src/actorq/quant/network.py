@@ -368,7 +368,7 @@ def direct_calls(trunk: nn.Sequential) -> Callable[[torch.Tensor], torch.Tensor]
     """``trunk``'s forward without ``nn.Module.__call__``: each module's work called directly.
 
     An actor runs its trunk once per env step, often at batch 1, where ``nn.Module.__call__``
-    (hook bookkeeping, ~1 µs a module) and ``nn.Linear.forward``'s attribute lookups cost as
+    (hook bookkeeping per module) and ``nn.Linear.forward``'s attribute lookups cost as
     much as a 64-wide layer's arithmetic. Forward hooks on the trunk's modules would not run;
     none are registered (the trunk is rebuilt from each new payload).
     """

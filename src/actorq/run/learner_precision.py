@@ -1,7 +1,7 @@
 """``trainer.precision=auto``: time the learner's update at fp32 and bf16-mixed here, run the faster.
 
 Whether bf16 autocast speeds a learner up depends on the CPU and on the network's width:
-with native bf16 (AVX512-BF16, AMX) a wide MLP's update runs 1.7-3x faster, without it a
+with native bf16 (AVX512-BF16, AMX) a wide MLP's update runs faster, without it a
 bf16 matmul is emulated and the update can be two orders of magnitude slower. So, as for the
 actors' ``quant.bits=auto`` (:mod:`actorq.quant.auto`), the choice is measured, not guessed:
 a few warm-up and timed updates of a copy of the real learner (its networks, optimizers and
