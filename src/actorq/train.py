@@ -34,7 +34,7 @@ from actorq.run.build import build, build_learner, resolve_cadence, resolve_coll
 from actorq.run.checks import check_run_config
 from actorq.run.console import lightning_without_adverts
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
-from actorq.experience import Experience
+from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.run.learner_precision import resolve_learner_precision
 from actorq.data.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
@@ -129,15 +129,18 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
 
 
 def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | None = None) -> Experience:
-    """The run's experience pipeline, handed what it needs of the learner (its frame clock,
-    n-step settings and planned updates), and handed to the learner to learn from."""
-    experience = Experience(
-        cfg.env.name, make_actors=build(cfg.actors), make_replay=build(cfg.replay),
-        actor_policy=actor_policy, clock=learner.clock, n_step=getattr(learner, "n_step", 1),
-        gamma=learner.gamma, planned_updates=learner.planned_updates(int(cfg.actors.total_frames)),
-        seed=cfg.seed, library=cfg.env.get("library"), config=config,
-        env_modules=suite_modules(cfg.env.get("module")), kind=learner.experience_kind,
-    )
+    """The run's experience pipeline, fed in the learner family's way and handed what it needs
+    of the learner (its frame clock, n-step settings and planned updates), and handed to the
+    learner to learn from."""
+    spec = ExperienceSpec(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"),
+                          env_modules=suite_modules(cfg.env.get("module")), config=config)
+    if learner.experience_kind == "replay":
+        feed = ReplayFeed(build(cfg.replay), n_step=getattr(learner, "n_step", 1), gamma=learner.gamma,
+                          planned_updates=learner.planned_updates(int(cfg.actors.total_frames)))
+    else:
+        feed = RolloutFeed()
+    experience = Experience(spec, make_actors=build(cfg.actors), actor_policy=actor_policy, clock=learner.clock,
+                            feed=feed)
     learner.learn_from(experience)
     return experience
 

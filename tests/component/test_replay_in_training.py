@@ -12,7 +12,7 @@ from actorq.algos.base import Exploration
 from actorq.util.clock import FrameClock
 from actorq.envs import make_env
 from actorq.util.errors import ConfigError
-from actorq.experience import Experience
+from actorq.experience import Experience, ExperienceSpec, ReplayFeed
 from actorq.data.replay import transition_template
 from actorq.data.replay.prioritized import PrioritizedReplay
 from actorq.data.replay.shared import SharedReplay
@@ -114,9 +114,9 @@ def test_checkpoint_restores_the_sampling_state():
     """What the experience pipeline saves in a checkpoint comes back when it is loaded."""
 
     def experience_with(replay):
-        experience = Experience("CartPole-v1", make_actors=partial(actor_pool, total_frames=1000),
-                                make_replay=None, actor_policy=None,
-                                clock=FrameClock(Exploration(0.1)), n_step=1, gamma=0.99, planned_updates=10)
+        experience = Experience(ExperienceSpec("CartPole-v1"), make_actors=partial(actor_pool, total_frames=1000),
+                                actor_policy=None, clock=FrameClock(Exploration(0.1)),
+                                feed=ReplayFeed(None, planned_updates=10))
         experience.replay = replay
         return experience
 

@@ -15,7 +15,7 @@ from actorq.actors.policy import actor_policy
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
 from actorq.algos.ppo import PPO
-from actorq.experience import CALIBRATION_OBSERVATIONS, Experience
+from actorq.experience import CALIBRATION_OBSERVATIONS, Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.data.replay.factory import transition_template
 from actorq.envs import make_env
 from actorq.quant import QuantSpec
@@ -45,12 +45,11 @@ class RecordingPool:
 
 def experience_of(learner: DQN | PPO, planned_updates: int = 123, env_name: str = "CartPole-v1") -> Experience:
     policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, learner.spec.obs_dim))
-    experience = Experience(
-        env_name, make_actors=partial(RecordingPool, total_frames=1000),
-        make_replay=partial(make_replay, capacity=1000, prioritized=True), actor_policy=policy,
-        clock=learner.clock, n_step=getattr(learner, "n_step", 1), gamma=learner.gamma,
-        planned_updates=planned_updates, seed=7, kind=learner.experience_kind,
-    )
+    feed = (ReplayFeed(partial(make_replay, capacity=1000, prioritized=True), n_step=getattr(learner, "n_step", 1),
+                       gamma=learner.gamma, planned_updates=planned_updates)
+            if learner.experience_kind == "replay" else RolloutFeed())
+    experience = Experience(ExperienceSpec(env_name, seed=7), make_actors=partial(RecordingPool, total_frames=1000),
+                            actor_policy=policy, clock=learner.clock, feed=feed)
     experience.trainer = NoTrainer()
     return experience
 
@@ -154,9 +153,9 @@ def test_a_checkpoint_keeps_a_calibration_set_of_stored_observations_and_changes
 def test_a_rollout_checkpoint_keeps_observations_of_the_last_rollout_and_changes_no_draw():
     learner = DQN(DISCRETE, Exploration(0.1), hidden=(8,))
     experience = Experience(
-        "CartPole-v1", make_actors=partial(RecordingPool, total_frames=1000), make_replay=None,
+        ExperienceSpec("CartPole-v1"), make_actors=partial(RecordingPool, total_frames=1000),
         actor_policy=actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, 4)),
-        clock=learner.clock, n_step=1, gamma=0.99, planned_updates=0, kind="rollout",
+        clock=learner.clock, feed=RolloutFeed(),
     )
     assert CALIBRATION_OBSERVATIONS not in experience.state_dict()  # nothing arrived yet
     observations = torch.randn(2, 32, 4)

@@ -15,7 +15,7 @@ from tensordict import TensorDict
 from actorq.actors.policy import actor_policy
 from actorq.algos.networks import CategoricalPolicy, DeterministicActor, GaussianActor, GaussianPolicy, QNetwork
 from actorq.algos.ppo import PPO
-from actorq.experience import Experience
+from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, policy_divergence
 from actorq.actors.ray_pool import idle_keys
@@ -111,9 +111,8 @@ def rollout_experience(learner=None) -> Experience:
     if learner is not None:
         policy = actor_policy(learner, QuantSpec(bits=32), torch.randn(8, DISCRETE.obs_dim))
     make_actors = partial(lambda **kwargs: None, num_workers=1, frames_per_batch=6, total_frames=60)
-    return Experience("CartPole-v1", make_actors=make_actors, make_replay=None, actor_policy=policy,
-                      clock=FrameClock(lambda frames: 0.0), n_step=1, gamma=0.99, planned_updates=10,
-                      kind="rollout")
+    return Experience(ExperienceSpec("CartPole-v1"), make_actors=make_actors, actor_policy=policy,
+                      clock=FrameClock(lambda frames: 0.0), feed=RolloutFeed())
 
 
 def rollout(observations: torch.Tensor, **fields) -> TensorDict:
@@ -198,9 +197,8 @@ def replay_experience(learner, quant: QuantSpec) -> Experience:
     actors' copy is ``learner``'s at ``quant``, with that copy held as pushed version 1."""
     policy = actor_policy(learner, quant, torch.randn(64, learner.spec.obs_dim))
     make_actors = partial(lambda **kwargs: None, num_workers=1, frames_per_batch=6, total_frames=60)
-    experience = Experience("Pendulum-v1", make_actors=make_actors, make_replay=None, actor_policy=policy,
-                            clock=FrameClock(lambda frames: 0.0), n_step=1, gamma=0.99, planned_updates=10,
-                            kind="replay")
+    experience = Experience(ExperienceSpec("Pendulum-v1"), make_actors=make_actors, actor_policy=policy,
+                            clock=FrameClock(lambda frames: 0.0), feed=ReplayFeed(None))
     experience._output_probe = policy.network.built()._replace(policy_version=torch.tensor(1))
     return experience
 

@@ -117,8 +117,8 @@ class RayActorPool(ActorPoolBase):
     ):
         super().__init__(spec, policy)
         self.ray = import_ray()
-        self.sync = spec.collection == "lockstep"
-        self.requests_in_flight = 1 if self.sync else requests_in_flight
+        self.lockstep = spec.collection == "lockstep"
+        self.requests_in_flight = 1 if self.lockstep else requests_in_flight
         self.collected_frames = 0
         self.dropped_frames = 0
         self.unused_frames = 0
@@ -160,7 +160,7 @@ class RayActorPool(ActorPoolBase):
         return worker
 
     def __iter__(self) -> Iterator[TensorDictBase]:
-        if self.sync:
+        if self.lockstep:
             yield from self._lockstep()
         elif self.spec.gather > 1:
             yield from gather_rounds(self._asynchronous(), self.spec.gather)

@@ -101,7 +101,7 @@ class Evaluation(Callback):
         """Runs the episodes now (fp32, then the actors' policy if it is not fp32) and records
         the means."""
         experience = trainer.datamodule
-        seed = experience.seed + self.seed_offset + len(self.history)
+        seed = experience.spec.seed + self.seed_offset + len(self.history)
         if self._env is None:
             self._env = experience.make_eval_env(self.episodes, seed)
         self._env.set_seed(seed)

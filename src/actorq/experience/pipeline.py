@@ -1,18 +1,20 @@
-"""The experience pipeline the Trainer owns: environment, actor pool, and for off-policy
-learners the replay and its writer.
+"""The experience pipeline the Trainer owns: environment, actor pool, and how the actors'
+batches feed the learner.
 
-:class:`Experience` is a ``LightningDataModule`` of one of two kinds, the learner's
-(:attr:`actorq.algos.base.Learner.experience_kind`): ``"replay"``, where the actors' batches
-go into a replay the learner samples from, or ``"rollout"``, where each batch is handed to
-the learner as it is, and nothing is kept. ``trainer.fit(learner, datamodule=experience)``
-builds the replay and the n-step writer (replay kind) in :meth:`Experience.setup`, starts the actor pool in
+:class:`Experience` is a ``LightningDataModule`` fed in the learner family's way
+(:attr:`actorq.algos.base.Learner.experience_kind`): a
+:class:`~actorq.experience.replay_feed.ReplayFeed`, where the actors' batches go into a replay
+the learner samples from, or a :class:`~actorq.experience.rollout_feed.RolloutFeed`, where each
+batch is handed to the learner as it is, and nothing is kept. What the actors run is an
+:class:`ExperienceSpec`. ``trainer.fit(learner, datamodule=experience)``
+builds the replay and the n-step writer (a replay feed) in :meth:`Experience.setup`, starts the actor pool in
 :meth:`Experience.train_dataloader` (after a resumed run's checkpoint is restored, so the
 actors start from the restored weights and collect only the frames left), iterates it as the
 training data, saves the replay's state in checkpoints and shuts the actor processes down in
 :meth:`Experience.teardown`.
 
-It never reads the learner: ``train()`` hands it what it needs at construction (the kind,
-the n-step settings, the updates the run plans, and the run's :class:`~actorq.util.clock.FrameClock`,
+It never reads the learner: ``train()`` hands it what it needs at construction (the feed, with
+the n-step settings and the updates the run plans, and the run's :class:`~actorq.util.clock.FrameClock`,
 which the learner advances). The learner is handed the experience (``learner.learn_from``); the
 callbacks reach it as ``trainer.datamodule``. The one way new weights reach the actors is
 :meth:`Experience.publish` (the broadcast callback decides when).
@@ -22,18 +24,19 @@ Example:
     >>> from actorq.actors import actor_pool
     >>> from actorq.util.clock import FrameClock
     >>> from actorq.data.replay import make_replay
-    >>> experience = Experience("CartPole-v1", make_actors=partial(actor_pool, num_workers=1,
-    ...                         frames_per_batch=100, total_frames=1000),
-    ...                         make_replay=partial(make_replay, capacity=10_000),
+    >>> from actorq.experience.replay_feed import ReplayFeed
+    >>> experience = Experience(ExperienceSpec("CartPole-v1"),
+    ...                         make_actors=partial(actor_pool, num_workers=1, frames_per_batch=100,
+    ...                                             total_frames=1000),
     ...                         actor_policy=None, clock=FrameClock(lambda frames: 0.1),
-    ...                         n_step=3, gamma=0.99, planned_updates=900)
+    ...                         feed=ReplayFeed(partial(make_replay, capacity=10_000), n_step=3,
+    ...                                         gamma=0.99, planned_updates=900))
     >>> experience.total_frames, experience.actors is None  # nothing starts before fit
     (1000, True)
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -47,13 +50,14 @@ from torch import nn
 from actorq.util.clock import FrameClock
 from actorq.envs import make_env
 from actorq.envs import make_batched_env
-from actorq.util.errors import ConfigError
-from actorq.data.parallel import RankSampling, follow_batches, lead_batches, share_arrivals
+from actorq.util.errors import ConfigError, construct
+from actorq.data.parallel import RankSampling, follow_batches, lead_batches
 from actorq.actors.base import batch_frames
 from actorq.data.replay.base import ReplayBuffer
 from actorq.quant import Payload, QuantizedNetwork, payload_nbytes, policy_divergence, quantize
-from actorq.data.writer import Arrivals, TransitionWriter, ended_episode_returns
-from actorq.data.replay.factory import transition_template
+from actorq.data.writer import Arrivals, TransitionWriter
+from actorq.experience.replay_feed import ReplayFeed
+from actorq.experience.rollout_feed import RolloutFeed
 
 # A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
 # (``frames_done``, from the run's frame clock), not from a saved iterator position, which Lightning cannot know.
@@ -78,38 +82,49 @@ if TYPE_CHECKING:
 CALIBRATION_OBSERVATIONS = "calibration_observations"
 
 
-class Experience(L.LightningDataModule):
-    """Actors in worker processes feeding a replay, as Lightning's training data.
+@dataclasses.dataclass(frozen=True)
+class ExperienceSpec:
+    """What every actor (and the evaluation) runs, and the run it belongs to.
 
-    Args:
-        env_name: the environment every actor (and the evaluation) runs.
-        make_actors: builds the :class:`~actorq.actors.pool.ActorPool` given ``env_name``,
-            ``library``, ``policy``, ``seed`` and ``writer`` (the ``actors`` config group,
-            partially applied); it must carry ``total_frames``.
-        make_replay: builds the replay given ``template`` and ``planned_updates`` (the
-            ``replay`` config group, partially applied).
-        actor_policy: the policy every actor starts with and the broadcast refreshes (an
-            :class:`~actorq.actors.policy.ExplorationPolicy` over a
-            :class:`~actorq.quant.QuantizedNetwork`, whose ``quant`` is the actors' precision).
-        clock: the run's frame clock (the learner's): the actors start at its frames, with
-            its exploration scale, and every push refreshes that scale.
-        n_step: rewards summed per stored transition (the learner's ``n_step``).
-        gamma: discount per step (the learner's ``gamma``).
-        planned_updates: updates the run makes, each drawing one sample (a prioritized
-            replay anneals ``beta`` over them).
+    Attributes:
+        env_name: the environment.
         seed: the run's seed (actors derive theirs from it; evaluation adds an offset).
         library: the environment suite (``env.library``); ``None`` looks the name up.
         env_modules: modules every actor process imports before it builds its envs
             (``env.module``; this process imported them before the run was built).
         config: the whole run config, kept in checkpoints as a hyperparameter.
-        kind: ``"replay"`` (off-policy learners) or ``"rollout"`` (on-policy learners: no
-            replay, no writer; ``make_replay``, ``n_step`` and ``planned_updates`` unused).
+    """
+
+    env_name: str
+    seed: int = 0
+    library: str | None = None
+    env_modules: tuple[str, ...] = ()
+    config: dict[str, Any] | None = None
+
+
+class Experience(L.LightningDataModule):
+    """Actors in worker processes feeding the learner, as Lightning's training data.
+
+    Args:
+        spec: what the actors run (:class:`ExperienceSpec`).
+        make_actors: builds the :class:`~actorq.actors.pool.ActorPool` given ``env_name``,
+            ``library``, ``policy``, ``seed`` and the feed's settings (the ``actors`` config
+            group, partially applied); it must carry ``total_frames``.
+        actor_policy: the policy every actor starts with and the broadcast refreshes (an
+            :class:`~actorq.actors.policy.ExplorationPolicy` over a
+            :class:`~actorq.quant.QuantizedNetwork`, whose ``quant`` is the actors' precision).
+        clock: the run's frame clock (the learner's): the actors start at its frames, with
+            its exploration scale, and every push refreshes that scale.
+        feed: how the batches reach the learner: a
+            :class:`~actorq.experience.replay_feed.ReplayFeed` (off-policy learners) or a
+            :class:`~actorq.experience.rollout_feed.RolloutFeed` (on-policy learners).
 
     With ``trainer.devices > 1`` (:mod:`actorq.data.parallel`) only rank 0 builds the replay,
     the writer and the actors; every rank samples through :attr:`sampling`.
 
     Attributes:
-        replay: the :class:`~actorq.data.replay.base.ReplayBuffer` (after ``setup``).
+        replay: the feed's :class:`~actorq.data.replay.base.ReplayBuffer` (after ``setup``;
+            ``None`` for rollouts).
         sampling: what the learner samples and feeds priorities to: the replay itself, or
             with several learner ranks a :class:`~actorq.data.parallel.RankSampling` of it
             (``None`` for rollouts).
@@ -124,60 +139,50 @@ class Experience(L.LightningDataModule):
         actor_batch: observations each actor's policy runs at once (its envs per worker).
     """
 
-    def __init__(
-        self,
-        env_name: str,
-        make_actors: Callable[..., ActorPool],
-        make_replay: Callable[..., ReplayBuffer],
-        actor_policy: nn.Module | None,
-        clock: FrameClock,
-        n_step: int,
-        gamma: float,
-        planned_updates: int,
-        seed: int = 0,
-        library: str | None = None,
-        config: dict[str, Any] | None = None,
-        env_modules: tuple[str, ...] = (),
-        kind: str = "replay",
-    ):
+    def __init__(self, spec: ExperienceSpec, make_actors: Callable[..., ActorPool], actor_policy: nn.Module | None,
+                 clock: FrameClock, feed: ReplayFeed | RolloutFeed):
         super().__init__()
-        if kind not in ("replay", "rollout"):
-            raise ValueError(f"experience kind must be replay or rollout, got {kind!r}")
-        self.kind = kind
-        if config is not None:
-            self.save_hyperparameters({"config": config})
-        self.env_name = env_name
-        self.library = library
-        self.env_modules = tuple(env_modules)
-        self.seed = seed
+        self.spec = spec
+        if spec.config is not None:
+            self.save_hyperparameters({"config": spec.config})
         self.make_actors = make_actors
-        self.make_replay = make_replay
         self.actor_policy = actor_policy
         self.clock = clock
-        self.n_step = n_step
-        self.gamma = gamma
-        self.planned_updates = planned_updates
-        self.total_frames = int(make_actors.keywords["total_frames"])
+        self.feed = feed
         actors = make_actors.keywords
+        self.total_frames = int(actors["total_frames"])
         self.frames_per_batch = batch_frames(actors.get("frames_per_batch", 1), actors.get("num_workers", 1),
                                              actors.get("collection", "async"), actors.get("gather") or 1)
         self.actor_batch = int(actors.get("envs_per_worker", 1))
-        if kind == "replay" and (actors.get("gather") or 1) > 1:
-            raise ConfigError(f"actors.gather={actors['gather']} is for on-policy learners (rollouts); "
-                              "a replay takes every batch as it arrives")
+        feed.check_actors(actors)
         self.policy_version = 0
-        self.replay: ReplayBuffer | None = None
-        self.sampling: ReplayBuffer | RankSampling | None = None
-        self.writer: TransitionWriter | None = None
         self.actors: ActorPool | None = None
-        self._replay_state: dict | None = None
-        self._last_rollout: TensorDictBase | None = None
-        self._previous_rollout: TensorDictBase | None = None
         self.log_prob_error: float | None = None
         self.output_error: float | None = None
         self._output_probe: BuiltVersion | None = None  # a pushed version whose recorded output is checked next
         self._resumed_observations: torch.Tensor | None = None
         self._probes: dict[int, QuantizedNetwork] = {}  # precision -> the budget's private copy
+
+    @property
+    def kind(self) -> str:
+        """``"replay"`` or ``"rollout"``: the feed's."""
+        return self.feed.kind
+
+    @property
+    def replay(self) -> ReplayBuffer | None:
+        return self.feed.replay
+
+    @replay.setter
+    def replay(self, replay: ReplayBuffer) -> None:
+        self.feed.replay = replay
+
+    @property
+    def writer(self) -> TransitionWriter | None:
+        return self.feed.writer
+
+    @property
+    def sampling(self) -> ReplayBuffer | RankSampling | None:
+        return self.feed.sampling
 
     @property
     def quant(self) -> QuantSpec | None:
@@ -186,31 +191,17 @@ class Experience(L.LightningDataModule):
     def make_env(self, seed: int | None = None):
         """A fresh environment of this run (for templates, calibration, and evaluation where the
         suite has no lean batch: :meth:`make_eval_env`)."""
-        return make_env(self.env_name, seed=self.seed if seed is None else seed, library=self.library)
+        return make_env(self.spec.env_name, seed=self.spec.seed if seed is None else seed, library=self.spec.library)
 
     def make_eval_env(self, episodes: int, seed: int):
         """The environment an evaluation of ``episodes`` episodes plays: a lean batch of
         ``episodes`` envs, stepped together (:func:`actorq.envs.rollout_return`), where the
         suite has one, else one env that plays them in turn."""
-        batched = make_batched_env(self.env_name, episodes, seed=seed, library=self.library)
+        batched = make_batched_env(self.spec.env_name, episodes, seed=seed, library=self.spec.library)
         return batched if batched is not None else self.make_env(seed)
 
     def setup(self, stage: str) -> None:
-        if self.sampling is not None or self.kind == "rollout":
-            return
-        rank, ranks = self.trainer.global_rank, self.trainer.world_size
-        if rank > 0:  # a learner rank only: rank 0 samples its share of every batch
-            self.sampling = RankSampling(None, rank, ranks)
-            return
-        self.replay = _construct(
-            self.make_replay,
-            template=transition_template(self.make_env()),
-            planned_updates=self.planned_updates,
-        )
-        if self._replay_state is not None:
-            self.replay.load_state_dict(self._replay_state)
-        self.writer = TransitionWriter(self.replay, self.n_step, self.gamma)
-        self.sampling = self.replay if ranks == 1 else RankSampling(self.replay, rank, ranks)
+        self.feed.setup(self.trainer.global_rank, self.trainer.world_size, self.make_env)
 
     def train_dataloader(self):
         """Starts the actor processes, for the frames the run has left (all of them unless
@@ -223,24 +214,14 @@ class Experience(L.LightningDataModule):
         return lead_batches(self._start_actors()) if self.trainer.global_rank == 0 else follow_batches()
 
     def receive(self, batch: TensorDictBase | Any) -> Arrivals:
-        """Stores a batch from the actors (unless a worker stored it) and says what arrived;
-        every learner rank hears rank 0's arrivals. A rollout is kept only until the next
-        (calibration reads it)."""
-        if self.kind == "rollout":
-            self._previous_rollout, self._last_rollout = self._last_rollout, batch
+        """Hands a batch from the actors to the feed and says what arrived, after checking what
+        the actors recorded of the policy they ran (:attr:`log_prob_error`,
+        :attr:`output_error`)."""
+        if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
             self.log_prob_error = self._check_recorded_log_prob(batch)
-            returns = ended_episode_returns(batch)
-            return Arrivals(batch.numel(), len(returns), float(returns.sum()))
-        arrivals = None
-        if isinstance(batch, TensorDictBase) and self._output_probe is not None:
-            self._check_recorded_output(batch)
-        if self.writer is not None:
-            if isinstance(batch, TensorDictBase):  # else ActorPool's WRITTEN: a worker stored it
-                self.writer.extend(batch)
-            arrivals = self.writer.arrivals()
-        if isinstance(self.sampling, RankSampling):
-            arrivals = share_arrivals(arrivals, self.sampling)
-        return arrivals
+            if self._output_probe is not None:
+                self._check_recorded_output(batch)
+        return self.feed.receive(batch)
 
     def actor_counters(self) -> dict[str, int]:
         """Frames the actors dropped and their restarts so far (empty before they start)."""
@@ -249,23 +230,14 @@ class Experience(L.LightningDataModule):
         return {"dropped_frames": self.actors.dropped_frames, "restarts": self.actors.restarts}
 
     def calibration_observations(self, count: int) -> torch.Tensor:
-        """``count`` observations drawn uniformly from the replay, leaving the learner's
-        sampling state as it was, or the last rollout's, each at most once (what a publish
-        calibrates a static int8 policy on: the whole rollout when it has ``count`` steps or
-        fewer, so its extremes are in the calibrated ranges)."""
-        if self.kind == "replay":
-            return self.replay.observations(count)
-        return _without_replacement(_flat_observations(self._last_rollout), count)
+        """``count`` observations a publish calibrates a static int8 policy on: drawn uniformly
+        from the replay, or the last rollout's (the feed's)."""
+        return self.feed.calibration_observations(count)
 
     def held_out_observations(self, count: int) -> torch.Tensor | None:
         """Recent observations the next publish does not calibrate on, where the fidelity of
-        its copy is measured: the rollout before the last one (``None`` before there is one),
-        or a second, independent draw from the replay (``None`` while it is empty)."""
-        if self.kind == "replay":
-            return self.replay.observations(count) if len(self.replay) else None
-        if self._previous_rollout is None:
-            return None
-        return _without_replacement(_flat_observations(self._previous_rollout), count)
+        its copy is measured (the feed's; ``None`` before there are any)."""
+        return self.feed.held_out_observations(count)
 
     @torch.no_grad()
     def _check_recorded_log_prob(self, rollout: TensorDictBase) -> float | None:
@@ -383,17 +355,15 @@ class Experience(L.LightningDataModule):
     def _start_actors(self) -> ActorPool:
         if self.actors is None:
             self._refresh_noise_scale()
-            self.actors = _construct(
+            self.actors = construct(
                 self.make_actors,
-                env_name=self.env_name,
-                library=self.library,
-                env_modules=self.env_modules,
+                env_name=self.spec.env_name,
+                library=self.spec.library,
+                env_modules=self.spec.env_modules,
                 policy=self.actor_policy,
-                seed=self.seed + self.clock.frames,
-                writer=self.writer if self.writer is not None and self.writer.in_workers else None,
+                seed=self.spec.seed + self.clock.frames,
                 frames_done=self.clock.frames,
-                # A rollout waiting for the learner ages by a policy version per batch trained.
-                **({"waiting_batches": 1} if self.kind == "rollout" else {}),
+                **self.feed.actor_settings(),
             )
         return self.actors
 
@@ -414,8 +384,7 @@ class Experience(L.LightningDataModule):
         received (its number, payload, head state such as a learned log-std, and observation
         statistics) and ``quant.calibration_samples`` recent observations
         (:meth:`observations_to_keep`)."""
-        state = {"replay": self.replay.state_dict() if self.replay is not None else {},
-                 "policy_version": self.policy_version}
+        state = {"replay": self.feed.state_dict(), "policy_version": self.policy_version}
         if self.quant is not None:
             state["quant"] = dataclasses.asdict(self.quant)
         if self.actor_policy is not None:
@@ -431,11 +400,7 @@ class Experience(L.LightningDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        replay_state = state_dict.get("replay") or None
-        if self.replay is not None and replay_state:
-            self.replay.load_state_dict(replay_state)
-        else:
-            self._replay_state = replay_state
+        self.feed.load_state_dict(state_dict.get("replay") or None)
         self.policy_version = state_dict.get("policy_version", 0)
         if self.actor_policy is not None and "payload" in state_dict:
             # The actors restart with the checkpoint's whole version, not the fresh learner's
@@ -463,17 +428,11 @@ class Experience(L.LightningDataModule):
         experience arrived it is the set a resumed run's checkpoint held; ``None`` without
         either, or without actors' precision.
         """
-        if self.quant is None or not self._has_observations():
+        if self.quant is None or not self.feed.has_observations():
             return self._resumed_observations
-        replay_draws = self.replay.observation_draws_kept() if self.replay is not None else contextlib.nullcontext()
-        with torch.random.fork_rng(devices=[]), replay_draws:
+        with torch.random.fork_rng(devices=[]), self.feed.draws_kept():
             observations = self.calibration_observations(self.quant.calibration_samples)
         return observations.detach().clone()
-
-    def _has_observations(self) -> bool:
-        if self.kind == "rollout":
-            return self._last_rollout is not None
-        return self.replay is not None and len(self.replay) > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,32 +467,9 @@ def _normalizer_state(network: nn.Module, copy: QuantizedNetwork) -> dict[str, t
     return network.normalizer.state_dict() if copy.normalizer is not None else None
 
 
-def _flat_observations(batch: TensorDictBase) -> torch.Tensor:
-    observations = batch["observation"]
-    return observations.reshape(-1, observations.shape[-1])
-
-
-def _without_replacement(observations: torch.Tensor, count: int) -> torch.Tensor:
-    """``count`` of ``observations`` drawn without replacement (all of them if fewer)."""
-    if len(observations) <= count:
-        return observations
-    return observations[torch.randperm(len(observations))[:count]]
-
-
 def _cloned_state(module: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of ``module``'s state, detached from the tensors the next push rewrites."""
     return {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
-
-
-def _construct(factory: Callable[..., Any], **kwargs: Any) -> Any:
-    """Calls a config-built factory; a value it refuses becomes a one-line ``ConfigError``."""
-    try:
-        return factory(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as error:
-        name = getattr(getattr(factory, "func", factory), "__name__", "?")
-        raise ConfigError(f"{name}: {error}") from error
 
 
 def _actor_batch_of_rows(steps: TensorDictBase) -> torch.Tensor:

@@ -1,0 +1,77 @@
+"""How an on-policy learner's experience reaches it: each batch from the actors is a rollout
+``[envs, T]``, handed over as it is and kept only until the next one (calibration reads the
+last rollout, the fidelity measurement the one before it)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from actorq.data.writer import Arrivals, ended_episode_returns
+
+
+class RolloutFeed:
+    """The last two rollouts, for calibration and for measuring a copy's fidelity."""
+
+    kind = "rollout"
+    replay = None
+    writer = None
+    sampling = None
+
+    def __init__(self):
+        self.last: TensorDictBase | None = None
+        self.previous: TensorDictBase | None = None
+
+    def check_actors(self, actors: Mapping[str, Any]) -> None:
+        """Any collection and gathering suit rollouts."""
+
+    def setup(self, rank: int, ranks: int, make_env: Callable[[], Any]) -> None:
+        """Nothing to build: a rollout is used as it arrives."""
+
+    def actor_settings(self) -> dict[str, Any]:
+        # A rollout waiting for the learner ages by a policy version per batch trained.
+        return {"waiting_batches": 1}
+
+    def receive(self, batch: TensorDictBase) -> Arrivals:
+        self.previous, self.last = self.last, batch
+        returns = ended_episode_returns(batch)
+        return Arrivals(batch.numel(), len(returns), float(returns.sum()))
+
+    def calibration_observations(self, count: int) -> torch.Tensor:
+        """``count`` of the last rollout's observations, each at most once (the whole rollout
+        when it has ``count`` steps or fewer, so its extremes are in the calibrated ranges)."""
+        return _without_replacement(_flat_observations(self.last), count)
+
+    def held_out_observations(self, count: int) -> torch.Tensor | None:
+        """The rollout before the last one's (``None`` before there is one)."""
+        if self.previous is None:
+            return None
+        return _without_replacement(_flat_observations(self.previous), count)
+
+    def has_observations(self) -> bool:
+        return self.last is not None
+
+    def draws_kept(self):
+        return contextlib.nullcontext()
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """A rollout is not kept across a checkpoint."""
+
+
+def _flat_observations(batch: TensorDictBase) -> torch.Tensor:
+    observations = batch["observation"]
+    return observations.reshape(-1, observations.shape[-1])
+
+
+def _without_replacement(observations: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` of ``observations`` drawn without replacement (all of them if fewer)."""
+    if len(observations) <= count:
+        return observations
+    return observations[torch.randperm(len(observations))[:count]]
