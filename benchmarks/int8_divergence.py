@@ -3,7 +3,7 @@ diverges from it, recipe by recipe.
 
 For each checkpoint of a run of a stochastic policy (PPO, SAC) on a gymnasium env, the fp32
 policy plays ``--rollouts + 1`` rollouts of ``--steps`` steps. Each recipe's copy is calibrated
-on rollout ``k`` (as a publish calibrates on the last rollout) and measured on rollout
+on rollout ``k`` (as a push calibrates on the last rollout) and measured on rollout
 ``k + 1``, which it never saw, with the exact ``KL(mu || pi)`` of
 :func:`actorq.quant.policy_divergence`: the mean over the held-out steps and the largest
 step. A second measurement takes the same copy to states its policy did not visit: those of

@@ -74,8 +74,8 @@ class Run:
     experiment: str | None = None
     summary: dict = field(default_factory=dict)
     evals: list[tuple[float, float, float]] = field(default_factory=list)  # (seconds, frames, return)
-    broadcast_bytes: float | None = None
-    broadcasts: float | None = None
+    push_bytes: float | None = None
+    pushes: float | None = None
     started_at: float | None = None  # the first TensorBoard event's wall time (the logger opening)
     startup_s: float | None = None  # from then to the first batch of frames the learner received
     frames_per_s: float | None = None  # after start-up: first to last collect/frames event
@@ -172,7 +172,7 @@ def read_events(run: Run) -> None:
     """Eval returns against seconds since the first collected frame (the first
     ``collect/frames`` event; the quantized policy's evaluations left out) and against frames; the start-up before that frame (from the
     first TensorBoard event, the logger opening as the fit starts); the frame rate after it;
-    the broadcast payload size and count."""
+    the push payload size and count."""
     tb = run.path / "tb"
     if not tb.is_dir():
         return
@@ -196,10 +196,14 @@ def read_events(run: Run) -> None:
     if "eval/return_mean" in tags:
         run.evals = [(max(0.0, e.wall_time - origin - max((v for _, step, v in uncounted if step <= e.step), default=0.0)),
                       float(e.step), e.value) for e in events.Scalars("eval/return_mean")]
-    if "quant/broadcast_bytes" in tags:
-        run.broadcast_bytes = events.Scalars("quant/broadcast_bytes")[-1].value
-    if "quant/broadcasts" in tags:
-        run.broadcasts = max(e.value for e in events.Scalars("quant/broadcasts"))
+    for tag in ("quant/push_bytes", "quant/broadcast_bytes"):  # the latter: runs from before the rename
+        if tag in tags:
+            run.push_bytes = events.Scalars(tag)[-1].value
+            break
+    for tag in ("quant/pushes", "quant/broadcasts"):
+        if tag in tags:
+            run.pushes = max(e.value for e in events.Scalars(tag))
+            break
 
 
 def quant_evaluation_seconds(events, tags: set[str]) -> list[tuple[float, int, float]]:
@@ -384,8 +388,8 @@ def experiment_tables(precisions: dict[str, list[Run]], target: float | None) ->
 
         fps = mean_of(precision, lambda r: r.frames_per_s)
         ups = mean_of(precision, lambda r: r.summary.get("learner_updates_per_s"))
-        per_push = mean_or_none([r.broadcast_bytes for r in ok])
-        pushes = mean_or_none([r.broadcasts for r in ok])
+        per_push = mean_or_none([r.push_bytes for r in ok])
+        pushes = mean_or_none([r.pushes for r in ok])
         speed.append([
             precision, str(len(ok)), fmt(mean_of(precision, lambda r: r.startup_s), ".1f"), fmt(fps, ".0f"),
             fmt(ratio(fps, base_fps), ".2f", "x"), fmt(ups, ".0f"), fmt(ratio(ups, base_ups), ".2f", "x"),
@@ -411,7 +415,7 @@ def experiment_tables(precisions: dict[str, list[Run]], target: float | None) ->
         "", "**Speed** (rates of this machine; start-up: from the logger opening to the first batch of frames; "
         "frames/s after start-up):", "",
         *table(["precision", "runs", "start-up (s)", "frames/s", "frames/s vs fp32", "learner updates/s",
-                "updates/s vs fp32", "collect fraction", "broadcast bytes (per push x pushes)", "learner precision"],
+                "updates/s vs fp32", "collect fraction", "push bytes (per push x pushes)", "learner precision"],
                speed),
         "", "**Time to target and energy** (learning and speed together; time from the first collected frame):",
         "", *table(["precision", "seeds", "time to target (s)", "speedup vs fp32", "kWh", "kg CO2",

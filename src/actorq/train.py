@@ -11,7 +11,7 @@ Example:
     ...                                        "callbacks=no_checkpoint", f"run_dir={tempfile.mkdtemp()}"])
     >>> summary, objects = train(cfg)
     >>> summary["frames"], summary["actor_precision"], sorted(objects["callbacks"])
-    (400, 'fp32', ['broadcast', 'carbon', 'evaluation'])
+    (400, 'fp32', ['carbon', 'evaluation', 'push'])
 """
 
 from __future__ import annotations

@@ -5,29 +5,29 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from actorq.callbacks.evaluation import Evaluation
-from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
+from actorq.callbacks.push import PolicyPush
 from actorq.train import train
 from tests.conftest import TINY
 
 
-def test_broadcast_schedule_and_state():
-    broadcast = QuantizeBroadcast(every_n_steps=10, warmup_steps=25)
-    assert not broadcast.should_update(0) and not broadcast.should_update(20)
-    assert broadcast.should_update(25)
-    broadcast.last_step, broadcast.broadcasts = 25, 1
-    assert not broadcast.should_update(30) and broadcast.should_update(35)
-    restored = QuantizeBroadcast(every_n_steps=10)
-    assert restored.broadcasts == 0
-    restored.load_state_dict(broadcast.state_dict())
-    assert restored.last_step == 25 and restored.broadcasts == 1
+def test_push_schedule_and_state():
+    push = PolicyPush(every_n_steps=10, warmup_steps=25)
+    assert not push.should_update(0) and not push.should_update(20)
+    assert push.should_update(25)
+    push.last_step, push.pushes = 25, 1
+    assert not push.should_update(30) and push.should_update(35)
+    restored = PolicyPush(every_n_steps=10)
+    assert restored.pushes == 0
+    restored.load_state_dict(push.state_dict())
+    assert restored.last_step == 25 and restored.pushes == 1
 
 
 def test_callbacks_in_a_real_run(make_cfg, tmp_path):
-    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.broadcast.every_n_steps=5")
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.push.every_n_steps=5")
     summary, objects = train(cfg)
-    broadcast, evaluation = objects["callbacks"]["broadcast"], objects["callbacks"]["evaluation"]
+    push, evaluation = objects["callbacks"]["push"], objects["callbacks"]["evaluation"]
     learner = objects["learner"]
-    assert broadcast.broadcasts >= 2 and broadcast.last_step <= learner.learner_steps
+    assert push.pushes >= 2 and push.last_step <= learner.learner_steps
     frames = [frames for frames, _ in evaluation.history]
     assert frames == [300, 600]  # every 300 frames; the final one is not repeated
     assert frames[-1] == learner.frames == summary["frames"]
@@ -35,18 +35,18 @@ def test_callbacks_in_a_real_run(make_cfg, tmp_path):
     # One TensorBoard event per push and per evaluation, never a value repeated at other steps.
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
-    pushes = events.Scalars("quant/broadcasts")
-    assert [event.value for event in pushes] == list(range(1, broadcast.broadcasts + 1))
-    assert len(events.Scalars("quant/broadcast_bytes")) == broadcast.broadcasts
+    pushes = events.Scalars("quant/pushes")
+    assert [event.value for event in pushes] == list(range(1, push.pushes + 1))
+    assert len(events.Scalars("quant/push_bytes")) == push.pushes
     assert [event.step for event in events.Scalars("eval/return_mean")] == frames
 
 
 def test_checkpoint_keeps_callback_and_learner_state(make_cfg, tmp_path):
-    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.broadcast.every_n_steps=5")
+    cfg = make_cfg("+experiment=dqn_cartpole", *TINY, "callbacks.push.every_n_steps=5")
     summary, objects = train(cfg)
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     states = checkpoint["callbacks"]
-    assert states["QuantizeBroadcast"]["broadcasts"] == objects["callbacks"]["broadcast"].broadcasts
+    assert states["PolicyPush"]["pushes"] == objects["callbacks"]["push"].pushes
     evaluation_state = next(v for k, v in states.items() if k.startswith("Evaluation"))
     assert len(evaluation_state["history"]) >= 1
     assert checkpoint["actorq"]["frames"] == summary["frames"]
@@ -121,3 +121,9 @@ def test_frame_checkpoint_saves_every_n_frames_before_learning_starts_too(make_c
     names = sorted(path.name for path in (tmp_path / "checkpoints").iterdir())
     assert names == [f"frames={frames}.ckpt" for frames in (100, 200, 300, 400, 500, 600)] + ["last.ckpt"]
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["actorq"]["frames"] == 600
+
+
+def test_a_checkpoint_from_before_the_push_rename_restores_the_count():
+    restored = PolicyPush(every_n_steps=10)
+    restored.load_state_dict({"last_step": 40, "broadcasts": 4})
+    assert (restored.last_step, restored.pushes) == (40, 4)

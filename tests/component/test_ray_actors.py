@@ -117,7 +117,7 @@ def test_ray_actors_on_another_node_collect_take_pushed_weights_and_survive_a_ki
         after_push = [action for w, action in batches[pushed_after:] if w == worker]
         assert after_push[:2] == [1.0, 1.0] and set(after_push[2:]) == {7.0}, batches
     assert len(batches) - killed_after >= 8, batches
-    assert pool.broadcast_bytes == ConstantAction(7.0).value.nbytes
+    assert pool.push_bytes == ConstantAction(7.0).value.nbytes
 
 
 def worker_of(batch) -> int:
@@ -150,7 +150,7 @@ def test_asynchronous_actors_keep_delivering_while_one_stalls_and_lock_step_wait
 @pytest.mark.timeout(300)
 def test_a_run_with_int8_ray_actors_on_another_node_broadcasts_the_int8_payload(cluster, make_cfg, tmp_path):
     """The whole run through ``actors.backend=ray``: the actors on the second node collect
-    the budget, and each broadcast puts the int8 payload in the object store, not fp32
+    the budget, and each push puts the int8 payload in the object store, not fp32
     weights (the payload plus the exploration policy's few buffers)."""
     cfg = make_cfg("+experiment=td3_pendulum", *TINY, "quant.bits=8", "callbacks=no_checkpoint",
                    "~callbacks.carbon", "actors.num_workers=2", "actors.backend=ray", f"actors.ray.address={cluster}",
@@ -159,10 +159,10 @@ def test_a_run_with_int8_ray_actors_on_another_node_broadcasts_the_int8_payload(
     assert summary["status"] == "completed" and summary["frames"] == 600
     pool = objects["experience"].actors
     assert isinstance(pool, RayActorPool) and pool.frames == pool.collected_frames == 600
-    payload_bytes = scalars(tmp_path / "tb")["quant/broadcast_bytes"][-1][1]
+    payload_bytes = scalars(tmp_path / "tb")["quant/push_bytes"][-1][1]
     fp32_bytes = sum(p.nbytes for p in objects["learner"].behaviour_network.parameters())
-    assert payload_bytes <= pool.broadcast_bytes <= payload_bytes + 256
-    assert pool.broadcast_bytes < 0.5 * fp32_bytes
+    assert payload_bytes <= pool.push_bytes <= payload_bytes + 256
+    assert pool.push_bytes < 0.5 * fp32_bytes
 
 
 @pytest.mark.timeout(300)

@@ -36,8 +36,8 @@ def n_step_discounts(gamma: float, n_step: int) -> set[float]:
 def test_prioritized_replay_is_sampled_by_priority_and_fed_back(make_cfg, bits):
     """With int8 actors too: calibrating each push must not draw from the learner's sampler."""
     summary, objects = train(make_cfg(*FAST, "replay.prioritized=true", f"quant.bits={bits}",
-                                      "callbacks.broadcast.every_n_steps=20"))
-    assert objects["callbacks"]["broadcast"].broadcasts >= 3
+                                      "callbacks.push.every_n_steps=20"))
+    assert objects["callbacks"]["push"].pushes >= 3
     learner, replay = objects["learner"], objects["experience"].replay
     assert isinstance(replay, PrioritizedReplay)
     assert summary["frames"] == learner.frames == len(replay) == TOTAL_FRAMES
@@ -74,7 +74,7 @@ def test_actors_write_into_the_shared_replay_without_losing_transitions(make_cfg
     assert len(np.unique(leaf_priorities(replay))) > 100
     # Evaluation, int8 weight pushes (calibrated on the shared buffer) and the collection
     # metrics still work.
-    assert summary["final_return"] is not None and objects["callbacks"]["broadcast"].broadcasts > 0
+    assert summary["final_return"] is not None and objects["callbacks"]["push"].pushes > 0
     assert summary["final_return_quant"] is not None
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()

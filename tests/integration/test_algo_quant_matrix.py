@@ -50,7 +50,7 @@ FIDELITY_METRIC = {"dqn": "greedy_agreement", "sac": "kl", "td3": "action_error"
 WIDE_POLICY = {"dqn": "algo.hidden=[2048,2048,2048]", "sac": "algo.actor_hidden=[2048,2048,2048]",
                "td3": "algo.actor_hidden=[2048,2048,2048]"}
 SMALL = ("actors.total_frames=400", "actors.frames_per_batch=100", "actors.init_random_frames=100",
-         "actors.num_workers=2", "callbacks.broadcast.every_n_steps=5", "algo.learning_starts=100",
+         "actors.num_workers=2", "callbacks.push.every_n_steps=5", "algo.learning_starts=100",
          "algo.batch_size=32", "eval.every_frames=400", "eval.episodes=1", "callbacks=no_checkpoint")
 
 
@@ -64,7 +64,7 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
     wide = (WIDE_POLICY[algo],) if precision == "auto" else ()
     summary, objects = train(make_cfg(f"algo={algo}", *ALGOS[algo], *wide, *PRECISIONS[precision], *SMALL))
     assert summary["frames"] >= 400 and summary["learner_steps"] > 0
-    assert objects["callbacks"]["broadcast"].broadcasts >= 1
+    assert objects["callbacks"]["push"].pushes >= 1
     described, weight_dtype = EXPECTED[precision]
     quant = objects["experience"].quant
     if precision == "auto":
@@ -77,7 +77,7 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
         assert summary["actor_precision"] == described
     # Each push measured its copy in the policy's own terms, on held-out replay observations.
     fidelity = summary["fidelity"]
-    assert fidelity[FIDELITY_METRIC[algo]]["pushes"] == objects["callbacks"]["broadcast"].broadcasts
+    assert fidelity[FIDELITY_METRIC[algo]]["pushes"] == objects["callbacks"]["push"].pushes
     # The network the actors were pushed holds its hidden layer in the precision's storage.
     hidden = objects["experience"].actor_policy.network.payload()["l1_weight"]
     assert hidden.dtype == weight_dtype

@@ -1,5 +1,5 @@
 """A new precision format through everything a user does with a run: one tiny real DQN run
-with ``quant.format=int4_packed`` (QuantizeBroadcast pushing packed 4-bit weights to two
+with ``quant.format=int4_packed`` (PolicyPush pushing packed 4-bit weights to two
 worker processes), then export, ``actorq.evaluate policy=quantized`` and ``actorq.report``
 on it. The run is shared by every test here."""
 
@@ -40,7 +40,7 @@ def test_the_workers_ran_int4_payloads_and_the_broadcasts_logged_their_fidelity(
     assert summary["actor_precision"] == INT4
     assert summary["final_return_quant"] is not None  # the int4 policy was evaluated beside fp32
     logged = scalars(run_dir / "tb")
-    assert logged["quant/broadcasts"][-1][1] >= 2
+    assert logged["quant/pushes"][-1][1] >= 2
     assert all(0 < error < 0.2 for _, error in logged["quant/weight_error"])
     assert all(0 <= agreement <= 1 for _, agreement in logged["quant/greedy_agreement"])
     assert all(ratio < 0.25 for _, ratio in logged["quant/compression"])  # 4-bit codes and fp32 scales, biases

@@ -15,10 +15,10 @@ QUIET = ("algo.hidden=[64,64]", "callbacks=no_checkpoint", "~callbacks.carbon", 
 def test_pushes_over_the_budget_reach_the_workers_at_fp32_and_are_counted(make_cfg, tmp_path):
     summary, objects = train(make_cfg("algo=ppo", "env=pendulum", "algo.log_std_init=-3", "quant.bits=8",
                                       "quant.max_kl=1e-30", *TINY_ON_POLICY, *QUIET))
-    broadcast = objects["callbacks"]["broadcast"]
+    push = objects["callbacks"]["push"]
     network = objects["experience"].actor_policy.network
     # the first push has no held-out rollout to measure on; every later one fell back
-    assert broadcast.broadcasts == 4 and broadcast.fallbacks == 3
+    assert push.pushes == 4 and push.fallbacks == 3
     assert summary["fidelity"]["fallback"] == {"pushes": 3, "mean": 1.0, "worst": 1.0}
     assert network.active_quant.describe() == "fp32" and network.payload()["l1_weight"].dtype == torch.float32
     logged = scalars(tmp_path / "tb")

@@ -74,7 +74,7 @@ def normalized_run(tmp_path_factory):
         cfg = compose("config", overrides=[
             "env=pendulum", "algo=ppo", "algo.normalize_observations=true", "algo.scale_rewards=true",
             "algo.hidden=[32,32]", "actors.envs_per_worker=4", "actors.frames_per_batch=256",
-            "actors.init_random_frames=0", "actors.total_frames=2048", "callbacks.broadcast.every_n_steps=1",
+            "actors.init_random_frames=0", "actors.total_frames=2048", "callbacks.push.every_n_steps=1",
             "eval.every_frames=1024", "eval.episodes=2", "~callbacks.carbon", f"run_dir={run_dir}"])
     summary, objects = train(cfg)
     return summary, objects, run_dir

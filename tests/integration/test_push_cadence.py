@@ -1,6 +1,6 @@
 """Each learner family declares its push cadence and its random frames: PPO with no
 experiment file pushes after every rollout and takes no random action, so the lag its
-rollouts record is 0 in lock-step, in published versions and in learner steps; the
+rollouts record is 0 in lock-step, in pushed versions and in learner steps; the
 off-policy algorithms keep a push every 100 learner steps after 1000 random frames."""
 
 from __future__ import annotations
@@ -31,4 +31,4 @@ def test_ppo_without_an_experiment_pushes_after_every_rollout_and_lags_by_nothin
 def test_off_policy_runs_push_every_100_learner_steps_after_1000_random_frames(make_cfg, algo, env):
     cfg = make_cfg(f"algo={algo}", f"env={env}")
     check_job(cfg)  # what train() resolves before it builds the callbacks and the actors
-    assert cfg.callbacks.broadcast.every_n_steps == 100 and cfg.actors.init_random_frames == 1000
+    assert cfg.callbacks.push.every_n_steps == 100 and cfg.actors.init_random_frames == 1000

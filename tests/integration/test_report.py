@@ -68,7 +68,7 @@ def test_report_of_a_sweep_has_the_table_and_plots(sweep, tmp_path):
         assert cost["fp32"]["energy method"].startswith(("estimate, no power counter: ", "measured: "))
     speed = table_rows(report, "frames/s")
     assert speed["fp32"]["frames/s vs fp32"] == "1.00x" and float(speed[INT8]["start-up (s)"]) > 0
-    assert " x " in speed[INT8]["broadcast bytes (per push x pushes)"]
+    assert " x " in speed[INT8]["push bytes (per push x pushes)"]
     assert "Regime of the fp32 runs: " in report
     pngs = sorted(out.glob("*.png"))
     assert [p.name for p in pngs] == ["dqn_on_cartpole_v1_return_vs_frames.png",

@@ -26,7 +26,7 @@ BATCH = 100
 OVERRIDES = ["+experiment=dqn_cartpole", "algo.hidden=[16]", f"actors.total_frames={TOTAL}",
              f"actors.frames_per_batch={BATCH}", "actors.init_random_frames=100", "algo.learning_starts=200",
              "algo.batch_size=32", "algo.final_lr_fraction=0.5", "eval.every_frames=500", "eval.episodes=1",
-             "replay.prioritized=true", "replay.checkpoint=true", "callbacks.broadcast.every_n_steps=100",
+             "replay.prioritized=true", "replay.checkpoint=true", "callbacks.push.every_n_steps=100",
              "checkpoint.every_frames=400", "checkpoint.keep_last=2", "~callbacks.carbon",
              "trainer.enable_progress_bar=false"]
 
@@ -122,13 +122,13 @@ def test_the_resumed_run_collects_only_the_frames_left_and_its_schedules_continu
     assert final["actorq"]["learner_steps"] > saved["actorq"]["learner_steps"]
     # the learning-rate schedule counts every learner step of both runs
     assert final["lr_schedulers"][0]["last_epoch"] == final["actorq"]["learner_steps"]
-    # callback state: the evaluation history and the broadcast count go on
+    # callback state: the evaluation history and the push count go on
     frames = saved["actorq"]["frames"]
     before = [tuple(item) for item in saved["callbacks"]["Evaluation"]["history"]]
     assert [tuple(item) for item in summary["eval_history"][: len(before)]] == before
     assert summary["eval_history"][len(before)][0] == (frames // 500 + 1) * 500  # eval.every_frames=500 goes on
     assert summary["eval_history"][-1][0] == TOTAL and len(summary["eval_history"]) > len(before)
-    assert resumed["after"]["quant/broadcasts"][0][1] == saved["callbacks"]["QuantizeBroadcast"]["broadcasts"] + 1
+    assert resumed["after"]["quant/pushes"][0][1] == saved["callbacks"]["PolicyPush"]["pushes"] + 1
 
 
 def test_tensorboard_curves_continue_at_the_step_they_reached(resumed):

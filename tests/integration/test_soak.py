@@ -1,5 +1,5 @@
 """Soak: a real run (``actorq train`` in a subprocess: DQN on CartPole, int8 actors, three
-actor workers, 120k frames, a broadcast after every batch once learning runs, ~1200 in all)
+actor workers, 120k frames, a push after every batch once learning runs, ~1200 in all)
 with one worker SIGKILLed after the 40k-frame checkpoint. It must finish, restart the
 workers once and drop nothing, account for every frame, keep its memory flat and leave no
 process behind. One run serves every test of this module.
@@ -10,7 +10,7 @@ slope is fitted; a buffer still filling up grows the RSS by its transitions (~4 
 here). Measured in four runs on a 2-core machine at load 2-4: main process ~527 MB, slope
 0.3-1.8 MB/min and growth 0.9-1.8 MB over the second half; actor workers ~391 MB each,
 summed slope 0.0-0.5 MB/min (10 MB/min in one run); 1.8-2.9 min wall clock. With a leak of the
-pushed weights (18 KB per broadcast) the main slope was 13.1 MB/min and its growth 21 MB,
+pushed weights (18 KB per push) the main slope was 13.1 MB/min and its growth 21 MB,
 and with the restart throwing the other workers' batches away 100 frames were dropped: both
 fail here."""
 
@@ -33,7 +33,7 @@ WORKERS = 3
 KILL_AT = 40_000  # frames: the periodic checkpoint after which one worker is killed
 OVERRIDES = ["+experiment=dqn_cartpole", "algo.hidden=[64,64]", "quant.bits=8", f"actors.num_workers={WORKERS}",
              f"actors.total_frames={TOTAL}", f"actors.frames_per_batch={BATCH}", "actors.init_random_frames=500",
-             "algo.learning_starts=500", "algo.batch_size=32", "callbacks.broadcast.every_n_steps=25",
+             "algo.learning_starts=500", "algo.batch_size=32", "callbacks.push.every_n_steps=25",
              "eval.every_frames=15000", "eval.episodes=1", "checkpoint.every_frames=10000", "checkpoint.keep_last=2",
              "replay.capacity=20000", "~callbacks.carbon", "trainer.enable_progress_bar=false"]
 SAMPLE_EVERY_S = 0.5
@@ -156,8 +156,8 @@ def test_every_frame_is_accounted_for(soak):
 
 
 def test_the_actors_got_hundreds_of_broadcasts(soak):
-    broadcasts = soak["tb"]["quant/broadcasts"]
-    assert len(broadcasts) == broadcasts[-1][1] >= 1000  # one after every batch once learning runs
+    pushes = soak["tb"]["quant/pushes"]
+    assert len(pushes) == pushes[-1][1] >= 1000  # one after every batch once learning runs
 
 
 def test_memory_stays_flat(soak):

@@ -89,3 +89,11 @@ def test_the_command_line_reference_has_a_section_for_every_command():
     text = (DOCS / "cli.md").read_text()
     for name in COMMANDS:
         assert f"\n## actorq {name}\n" in text and f"| `actorq {name}` |" in text, name
+
+
+@pytest.mark.parametrize("override", ["callbacks.broadcast.every_n_steps=5", "~callbacks.broadcast"])
+def test_a_renamed_key_is_refused_with_its_new_name(override):
+    from actorq.run.checks import composition_error
+
+    error = composition_error(["+experiment=dqn_cartpole", override])
+    assert error == f"{override}: callbacks.broadcast is now callbacks.push (say {override.replace('broadcast', 'push')})"

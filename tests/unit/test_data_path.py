@@ -65,10 +65,10 @@ def test_the_experience_starts_from_the_clock_it_was_handed_and_reads_no_learner
     pool = experience.train_dataloader()
     assert pool.started["frames_done"] == 500 and pool.started["seed"] == 7 + 500
     assert float(experience.actor_policy.noise_scale) == learner.noise_scale == 0.75
-    learner.frames = 1000  # one place sets the actors' exploration scale: every publish refreshes it
+    learner.frames = 1000  # one place sets the actors' exploration scale: every push refreshes it
     experience.calibration_observations = lambda count: torch.randn(count, 4)
-    published = experience.publish(learner.behaviour_network)
-    assert pool.pushed_noise == [0.5] and published.version == experience.policy_version == 1
+    pushed = experience.push(learner.behaviour_network)
+    assert pool.pushed_noise == [0.5] and pushed.version == experience.policy_version == 1
     assert int(experience.actor_policy.policy_version) == 1  # the version travels with the weights
     assert experience.actor_counters() == {"dropped_frames": 3, "restarts": 1}
 
@@ -100,7 +100,7 @@ def test_a_restored_experience_gives_the_actors_the_whole_version_they_ran_befor
     stopped.train_dataloader()
     stopped.calibration_observations = lambda count: torch.randn(count, CONTINUOUS.obs_dim)
     for _ in range(2):
-        stopped.publish(trained.behaviour_network)
+        stopped.push(trained.behaviour_network)
 
     fresh = PPO(CONTINUOUS, hidden=(8,), normalize_observations=True)
     resumed = experience_of(fresh, env_name="Pendulum-v1")
@@ -133,14 +133,14 @@ def rand_after(draws: Callable[[], Any]) -> tuple[Any, torch.Tensor]:
 
 @pytest.mark.parametrize("drawn_before", [False, True])
 def test_a_checkpoint_keeps_a_calibration_set_of_stored_observations_and_changes_no_draw(drawn_before):
-    """The set comes from the replay, as a publish's would; saving it leaves the next publish's
+    """The set comes from the replay, as a push's would; saving it leaves the next push's
     draws as they would have been (how often a run checkpoints changes nothing it does)."""
     observations = torch.arange(200 * 4, dtype=torch.float32).reshape(200, 4)
     checkpointed, twin = (experience_of(DQN(DISCRETE, Exploration(0.1), hidden=(8,))) for _ in range(2))
     for experience in (checkpointed, twin):
         experience.setup("fit")
         experience.replay.extend(stored(observations))
-        if drawn_before:  # a publish drew its calibration set before
+        if drawn_before:  # a push drew its calibration set before
             experience.calibration_observations(8)
     state, after = rand_after(checkpointed.state_dict)
     kept = state[CALIBRATION_OBSERVATIONS]

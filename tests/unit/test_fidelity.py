@@ -103,7 +103,7 @@ def test_deterministic_action_error_is_a_fraction_of_the_action_range():
     assert divergence["quant/action_error_max"] == pytest.approx(0.05, rel=1e-5)
 
 
-# ---------------------------------------------------------------- what a publish measures on
+# ---------------------------------------------------------------- what a push measures on
 
 
 def rollout_experience(learner=None) -> Experience:
@@ -122,7 +122,7 @@ def rollout(observations: torch.Tensor, **fields) -> TensorDict:
                        "next": {"done": done, "reward": torch.zeros(steps, 1)}}, batch_size=[steps])
 
 
-def test_a_rollout_fed_publish_calibrates_on_the_last_rollout_and_measures_on_the_one_before():
+def test_a_rollout_fed_push_calibrates_on_the_last_rollout_and_measures_on_the_one_before():
     torch.manual_seed(0)
     experience = rollout_experience()
     first, second = torch.arange(30.0).reshape(6, 5), 100 + torch.arange(30.0).reshape(6, 5)
@@ -151,7 +151,7 @@ def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take
     experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version))
     assert experience.log_prob_error == pytest.approx(0.5, rel=1e-4)
     experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version + 1))
-    assert experience.log_prob_error is None  # no step ran the version published last
+    assert experience.log_prob_error is None  # no step ran the version pushed last
 
 
 def test_a_dynamic_copy_is_measured_at_the_batch_the_actors_run_it_at():
@@ -309,14 +309,14 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
     kl_int8 = measured._copy_kl(learner.behaviour_network, 0, measured.actor_policy.network.payload(0),
                                 measured.held_out_observations(256))
     assert kl_int8 > 0
-    fp32_actors = budget_experience(QuantSpec(bits=32), learner).publish(learner.behaviour_network)
+    fp32_actors = budget_experience(QuantSpec(bits=32), learner).push(learner.behaviour_network)
     for max_kl, rung, describe in ((kl_int8 * 2, 0, "int8 dynamic per_channel fp32-ends"),
                                    (kl_int8 / 2, 1, "bf16"), (1e-30, 2, "fp32")):
         experience = budget_experience(dataclasses.replace(int8, max_kl=max_kl), learner)
-        published = experience.publish(learner.behaviour_network)
+        pushed = experience.push(learner.behaviour_network)
         network = experience.actor_policy.network
-        assert (published.rung, network.active_quant.describe()) == (rung, describe)
-        assert published.budget_kl == pytest.approx(kl_int8, rel=1e-4)  # the actors' own precision's
+        assert (pushed.rung, network.active_quant.describe()) == (rung, describe)
+        assert pushed.budget_kl == pytest.approx(kl_int8, rel=1e-4)  # the actors' own precision's
         # what the actors now run is that precision's copy: fp32's is the policy itself
         observations = torch.randn(16, CONTINUOUS.obs_dim)
         if rung == 2:
@@ -329,8 +329,8 @@ def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():
     torch.manual_seed(0)
     learner = PPO(CONTINUOUS, hidden=(32,), log_std_init=-3.0)
     experience = budget_experience(QuantSpec(bits=8, max_kl=None), learner)
-    published = experience.publish(learner.behaviour_network)
-    assert (published.rung, published.budget_kl, experience.actor_policy.network.rungs[1:]) == (0, None, ())
+    pushed = experience.push(learner.behaviour_network)
+    assert (pushed.rung, pushed.budget_kl, experience.actor_policy.network.rungs[1:]) == (0, None, ())
     deterministic = DeterministicActor(CONTINUOUS, (32,))
     copy_ = QuantizedNetwork.template_for(deterministic, QuantSpec(bits=8))
     assert copy_.rungs[1:] == ()  # built without fallbacks: a deterministic actor has no KL to bound

@@ -8,7 +8,7 @@ from actorq.algos.off_policy import soft_update
 from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.td3 import TD3
-from actorq.callbacks.quantize_broadcast import QuantizeBroadcast
+from actorq.callbacks.push import PolicyPush
 from actorq.util.errors import NonFiniteError
 from actorq.data.replay.uniform import UniformReplay
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer, fit_fixed_batch, random_sample
@@ -143,7 +143,7 @@ def test_non_finite_weights_are_never_broadcast():
     with torch.no_grad():
         learner.q_network.trunk[0].bias[3] = float("nan")
     with pytest.raises(NonFiniteError, match=r"non-finite weight trunk.0.bias of the policy at learner step 0"):
-        QuantizeBroadcast(every_n_steps=1).broadcast(experience=None, learner=learner)
+        PolicyPush(every_n_steps=1).push(experience=None, learner=learner)
 
 
 def test_every_learner_steps_with_fused_adam():

@@ -68,7 +68,7 @@ def test_actors_record_the_log_probability_of_their_own_policy(quant):
     observations = torch.randn(256, 4)
     actors = actor_policy(learner, quant, observations)
     payload = {name: tensor.clone() for name, tensor in actors.network.payload().items()}
-    actors.network.load_version(payload, policy_version=7)  # as a publish numbers the version
+    actors.network.load_version(payload, policy_version=7)  # as a push numbers the version
     torch.manual_seed(0)
     action, log_mu, version, worker = actors(observations)
     log_pi = learner.policy.log_prob(observations, action)
@@ -120,7 +120,7 @@ class A2CLike(OnPolicyLearner):
         return {}
 
 
-class Published:
+class Pushed:
     policy_version, frames_per_batch, total_frames = 5, 64, 640
 
 
@@ -135,7 +135,7 @@ def rollout(envs: tuple[int, ...], steps: int, version: int) -> TensorDict:
 
 def test_the_learner_sees_envs_by_steps_and_logs_how_many_versions_behind_the_actors_were():
     learner = A2CLike(DISCRETE, exploration=Exploration(0.0))
-    learner.learn_from(Published())
+    learner.learn_from(Pushed())
     learner.learn(rollout((), 16, version=5), new_frames=16)  # one env: [T] -> [1, T]
     assert learner.seen[-1].shape == (1, 16) and learner.policy_lag == 0
     mixed = rollout((3,), 16, version=5)
@@ -227,7 +227,7 @@ def cadence_config(**changes):
     from omegaconf import OmegaConf
 
     return OmegaConf.merge({"actors": {"init_random_frames": None},
-                            "callbacks": {"broadcast": {"every_n_steps": None, "warmup_steps": 0}}}, changes)
+                            "callbacks": {"push": {"every_n_steps": None, "warmup_steps": 0}}}, changes)
 
 
 def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_leaves_them_null():
@@ -237,17 +237,17 @@ def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_l
     for learner, cadence, random_frames in ((A2CLike(DISCRETE), 1, 0), (DQN(DISCRETE, Exploration(0.1), hidden=(8,)), 100, 1000)):
         cfg = cadence_config()
         resolve_cadence(cfg, learner)
-        assert (cfg.callbacks.broadcast.every_n_steps, cfg.actors.init_random_frames) == (cadence, random_frames)
-    cfg = cadence_config(actors={"init_random_frames": 50}, callbacks={"broadcast": {"every_n_steps": 7}})
+        assert (cfg.callbacks.push.every_n_steps, cfg.actors.init_random_frames) == (cadence, random_frames)
+    cfg = cadence_config(actors={"init_random_frames": 50}, callbacks={"push": {"every_n_steps": 7}})
     resolve_cadence(cfg, DQN(DISCRETE, Exploration(0.1), hidden=(8,)))  # an off-policy run's own choice stands
-    assert (cfg.callbacks.broadcast.every_n_steps, cfg.actors.init_random_frames) == (7, 50)
+    assert (cfg.callbacks.push.every_n_steps, cfg.actors.init_random_frames) == (7, 50)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"actors": {"init_random_frames": 100}}, "set actors.init_random_frames=0"),
-    ({"callbacks": {"broadcast": {"every_n_steps": 100}}}, r"leave callbacks.broadcast.every_n_steps at 1 \(got 100;"),
-    ({"callbacks": {"broadcast": {"warmup_steps": 5}}}, r"leave callbacks.broadcast.warmup_steps at 0 \(got 5;"),
-    ({"callbacks": {"broadcast": None}}, "it needs callbacks.broadcast to push it after every rollout"),
+    ({"callbacks": {"push": {"every_n_steps": 100}}}, r"leave callbacks.push.every_n_steps at 1 \(got 100;"),
+    ({"callbacks": {"push": {"warmup_steps": 5}}}, r"leave callbacks.push.warmup_steps at 0 \(got 5;"),
+    ({"callbacks": {"push": None}}, "it needs callbacks.push to push it after every rollout"),
 ])
 def test_an_on_policy_run_refuses_a_cadence_that_has_its_actors_run_another_policy(changes, message):
     from actorq.run.build import resolve_cadence
@@ -255,7 +255,7 @@ def test_an_on_policy_run_refuses_a_cadence_that_has_its_actors_run_another_poli
 
     with pytest.raises(ConfigError, match=message):
         resolve_cadence(cadence_config(**changes), A2CLike(DISCRETE))
-    fine = cadence_config(actors={"init_random_frames": 0}, callbacks={"broadcast": {"every_n_steps": 1}})
+    fine = cadence_config(actors={"init_random_frames": 0}, callbacks={"push": {"every_n_steps": 1}})
     resolve_cadence(fine, A2CLike(DISCRETE))
 
 

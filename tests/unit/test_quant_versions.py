@@ -1,5 +1,5 @@
 """A load is one whole policy version to every reader: payload, head state (a learned log-std),
-observation statistics and the published version number actors record change together, never
+observation statistics and the pushed version number actors record change together, never
 one before the others.
 
 A reader here is what an actor worker is: a network of its own whose tensors are the writer's

@@ -2,7 +2,7 @@
 
 The exploration scale lives in a buffer, so pushing the learner's weights to the actors
 also pushes the current epsilon (or Gaussian sigma): annealing is decided by the learner.
-So does the policy's version (bumped by every publish), which the actors record with each
+So does the policy's version (bumped by every push), which the actors record with each
 step when the learner asked for it (``records``), beside the action's log-probability
 under this very policy (the int8 one, for int8 actors) or the network's own output before
 exploration, and the actor worker that took it.
@@ -58,7 +58,7 @@ class ExplorationPolicy(nn.Module):
 
     Attributes:
         policy_version: int64 buffer, the version of the weights this policy holds (set by
-            the experience pipeline at every publish; pushed to the actors with them). A
+            the experience pipeline at every push; pushed to the actors with them). A
             network that carries its own version under its sequence lock
             (:class:`~actorq.quant.QuantizedNetwork`) labels recorded steps with that instead.
     """
@@ -178,7 +178,7 @@ def learner_policy(learner: ActingLearner) -> ExplorationPolicy:
 
 def actor_policy(learner: ActingLearner, quant: QuantSpec, observations: torch.Tensor) -> ExplorationPolicy:
     """The actors' own copy of the learner's policy, its network encoded at ``quant``
-    (fp32 included): it changes only when a broadcast loads a new payload, never with the
+    (fp32 included): it changes only when a push loads a new payload, never with the
     learner's optimizer steps.
 
     Args:

@@ -5,7 +5,7 @@ The learner keeps ``requests_in_flight`` batch requests queued at each actor, so
 starts its next batch the moment it hands one over, and takes whichever batch is ready
 first: a slow actor never stalls the others (``collection="lockstep"``: lock-step rounds, one batch of
 every actor collected with the weights pushed last, handed over as one batch, each round as
-slow as its slowest actor). A broadcast puts the policy's
+slow as its slowest actor). A push puts the policy's
 parameters and buffers (for an int8 actor policy: the int8 payload) in Ray's object store
 once and queues a load of them at every actor, behind the batches already asked of it; the
 learner does not wait for the loads. Ray actors may live on other machines, so they never
@@ -102,7 +102,7 @@ class RayActorPool(ActorPoolBase):
             :class:`~actorq.actors.pool.ActorPool`. A batch a Ray actor finished waits in
             the object store until taken, so none is dropped; only a failed actor's batch
             in progress is lost, and it never counted as collected.
-        broadcast_bytes: bytes the last :meth:`push` put in the object store for the actors.
+        push_bytes: bytes the last :meth:`push` put in the object store for the actors.
     """
 
     def __init__(
@@ -122,7 +122,7 @@ class RayActorPool(ActorPoolBase):
         self.collected_frames = 0
         self.dropped_frames = 0
         self.unused_frames = 0
-        self.broadcast_bytes = 0
+        self.push_bytes = 0
         self._requested = spec.frames_done  # frames asked of the actors, counting those done
         # self._weights (ActorPoolBase): the object ref of the last pushed weights, for restarts
         self._loads: list[tuple[int, Any]] = []  # (actor, load call) of the last push
@@ -245,7 +245,7 @@ class RayActorPool(ActorPoolBase):
         self.wait_for_loads()
         # Buffers of the precisions the version is not at (the divergence budget's) stay home.
         weights = TensorDict.from_module(policy).exclude(*idle_keys(policy)).clone()
-        self.broadcast_bytes = sum(tensor.nbytes for tensor in weights.values(True, True))
+        self.push_bytes = sum(tensor.nbytes for tensor in weights.values(True, True))
         self._weights = self.ray.put(weights)
         self._loads = [(index, worker.load.remote(self._weights)) for index, worker in enumerate(self.workers)]
 

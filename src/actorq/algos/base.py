@@ -16,7 +16,7 @@ logging and the counters a checkpoint keeps. A learner declares what it needs of
 experience in two class attributes: :attr:`Learner.experience_kind` (``"replay"`` or
 ``"rollout"``) and :attr:`Learner.records` (what the actors record with each step). A family
 also declares how its actors run: :attr:`Learner.push_every_n_steps` (learner steps between
-two pushes of its policy, ``callbacks.broadcast.every_n_steps`` unless a run sets it) and
+two pushes of its policy, ``callbacks.push.every_n_steps`` unless a run sets it) and
 :attr:`Learner.init_random_frames` (the actors' first frames with random actions,
 ``actors.init_random_frames`` unless a run sets it); ``actorq.train`` wires them in.
 
@@ -120,7 +120,7 @@ class ExperienceSource(Protocol):
         frames_per_batch: env frames in each batch the learner receives.
         sampling: what off-policy updates sample from and priorities go back to (``None``
             before fit, and for rollouts).
-        policy_version: the version of the policy last published to the actors (0 before
+        policy_version: the version of the policy last pushed to the actors (0 before
             the first push).
     """
 

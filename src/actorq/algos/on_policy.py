@@ -8,7 +8,7 @@ they acted with (``log_prob``; the int8 policy when the actors run int8), that p
 version (``policy_version``) and the actor worker that acted (``worker``). Quantized actors are a behaviour policy, so an on-policy
 learner corrects for the difference between what they ran and what it trains, e.g. with
 :func:`truncated_importance_weights`; every batch logs how far behind the learner the
-actors' policy was, in published versions (``collect/policy_lag``) and in gradient updates
+actors' policy was, in pushed versions (``collect/policy_lag``) and in gradient updates
 (``collect/policy_lag_steps``).
 
 The family pushes its policy after the updates of every rollout (``push_every_n_steps = 1``:
@@ -54,13 +54,13 @@ class OnPolicyLearner(Learner):
         gamma: discount factor.
         final_lr_fraction: see :class:`~actorq.algos.base.Learner`.
         max_policy_lag: a rollout whose oldest steps ran a policy more than this many
-            published versions behind the learner's is dropped, not trained on (counted in
+            pushed versions behind the learner's is dropped, not trained on (counted in
             ``collect/stale_frames``); ``None``: no bound. Only asynchronous collection lags.
 
     Attributes:
         updates_per_rollout: gradient updates :meth:`update_rollout` makes of one rollout
             (the learning-rate schedule plans with it).
-        policy_lag: published policy versions between the learner's policy and the oldest
+        policy_lag: pushed policy versions between the learner's policy and the oldest
             the actors acted with in the last rollout (0 in lock-step collection).
         policy_lag_steps: gradient updates between the learner's policy when the last
             rollout arrived and the oldest version the actors acted with in it (0 in
@@ -86,7 +86,7 @@ class OnPolicyLearner(Learner):
         self.max_policy_lag = max_policy_lag
         self.policy_lag = 0
         self.policy_lag_steps = 0
-        self.published_at: dict[int, int] = {}  # policy version -> learner steps when it was pushed
+        self.pushed_at: dict[int, int] = {}  # policy version -> learner steps when it was pushed
         self.asynchronous = False
         self.stale_frames = 0
 
@@ -122,7 +122,7 @@ class OnPolicyLearner(Learner):
         steps ran ``oldest_version``.
 
         A push happens between two batches, never during one's updates, so the version
-        published when a batch arrives holds the learner's weights of this very step: it is
+        pushed when a batch arrives holds the learner's weights of this very step: it is
         noted here, and a rollout's lag in updates is counted from its version's note.
 
         Raises:
@@ -130,10 +130,10 @@ class OnPolicyLearner(Learner):
                 actors ran, which the lock-step math (GAE, ``pi_prox``) assumes.
         """
         version = self.experience.policy_version
-        self.published_at.setdefault(version, self.learner_steps)
+        self.pushed_at.setdefault(version, self.learner_steps)
         self.policy_lag = version - oldest_version
-        noted = [known for known in self.published_at if known <= oldest_version] or [min(self.published_at)]
-        self.policy_lag_steps = self.learner_steps - self.published_at[max(noted)]
+        noted = [known for known in self.pushed_at if known <= oldest_version] or [min(self.pushed_at)]
+        self.policy_lag_steps = self.learner_steps - self.pushed_at[max(noted)]
         if not self.asynchronous and (self.policy_lag or self.policy_lag_steps):
             raise RuntimeError(
                 f"{type(self).__name__} got a lock-step rollout of policy version {oldest_version}, "

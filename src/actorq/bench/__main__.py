@@ -17,7 +17,7 @@ BENCHMARKS = {
     "learning": "reference learning runs, fp32 vs int8 actors, side by side",
     "recipes": "greedy returns of one trained policy under each int8 recipe",
     "regime": "where int8 actors pay here: predicted speedup map, checked by real runs",
-    "scaleout": "Ray actors vs local processes: frames/s, and the int8 broadcast over Ray",
+    "scaleout": "Ray actors vs local processes: frames/s, and the int8 push over Ray",
     "fleet": "Atari with a CNN policy: one actor core's frames/s and cost per frame, fp32 vs int8",
 }
 # The results table against Stable-Baselines3 is a maintainers' harness outside the package:

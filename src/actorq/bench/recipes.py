@@ -2,7 +2,7 @@
 
 A quantization recipe is a function of a trained fp32 network, so each reference experiment is
 trained once per seed (fp32 actors), and every recipe then quantizes that very network,
-calibrated on the same replay sample (``replay.observations``, as a broadcast does), and plays
+calibrated on the same replay sample (``replay.observations``, as a push does), and plays
 the same greedy episodes (the evaluation env's seed, ``seed + 10000``, as
 :class:`~actorq.callbacks.evaluation.Evaluation` uses). A recipe passes where its return is
 within 5% of the fp32 network's (``eval/return_mean_quant`` vs ``eval/return_mean``).

@@ -12,7 +12,7 @@ Four tables from one run, three of them on one local Ray instance started for th
   (:class:`~actorq.actors.pool.ActorPool`) and as Ray actors
   (:class:`~actorq.actors.ray_pool.RayActorPool`), same env, policy, batch and frame count,
   measured alternately ``--rounds`` times (best kept). Target: Ray >= 0.8x processes.
-* **broadcast**: one push of QuaRL's 2048x3 policy to the Ray actors, fp32 against the int8
+* **push**: one push of QuaRL's 2048x3 policy to the Ray actors, fp32 against the int8
   payload the trainer sends: bytes put in the object store and the push's latency (median
   of ``--pushes``). Targets: int8 bytes <= 0.26x fp32, latency < 0.5x.
 * **lockstep**: frames/s of 1, 4 and 8 Ray actors, each stepping ``--lockstep-envs`` envs
@@ -138,7 +138,7 @@ def push_latency_ms(pool: RayActorPool, policy, pushes: int) -> float:
     return statistics.median(times)
 
 
-def broadcast_rows(env_name: str, workers: int, width: int, pushes: int) -> list[dict]:
+def push_rows(env_name: str, workers: int, width: int, pushes: int) -> list[dict]:
     policies = {"fp32": actor_policy(env_name, width, None),
                 "int8 static": actor_policy(env_name, width, QuantSpec(bits=8, mode="static"))}
     rows = []
@@ -146,7 +146,7 @@ def broadcast_rows(env_name: str, workers: int, width: int, pushes: int) -> list
         pool = RayActorPool(ActorSpec(env_name, num_workers=workers, frames_per_batch=64, total_frames=64), policy)
         try:
             latency = push_latency_ms(pool, policy, pushes)
-            rows.append({"policy": f"{width}x3", "precision": name, "bytes": pool.broadcast_bytes,
+            rows.append({"policy": f"{width}x3", "precision": name, "bytes": pool.push_bytes,
                          "push_ms": latency})
         finally:
             pool.shutdown()
@@ -165,7 +165,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--frames-per-batch", type=int, default=256)
     parser.add_argument("--batches", type=int, default=20, help="timed batches per run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating repetitions (best kept)")
-    parser.add_argument("--broadcast-width", type=int, default=2048)
+    parser.add_argument("--push-width", type=int, default=2048)
     parser.add_argument("--pushes", type=int, default=10)
     parser.add_argument("--lockstep-workers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--lockstep-envs", type=int, nargs="+", default=[1], help="envs per actor, lock-step table")
@@ -182,7 +182,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
-        args.broadcast_width, args.pushes = 256, 2
+        args.push_width, args.pushes = 256, 2
         args.lockstep_workers, args.lockstep_envs, args.lockstep_batches = [2], [1, 2], 3
         args.lockstep_step_ms = [3]
         args.learner_frames, args.learner_hidden, args.learner_batch = 400, 16, 32
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
         backend_rows = [{"env": args.env, "workers": args.workers, "width": args.width, "backend": backend,
                          "frames_per_s": rate, "vs_process": rate / found["process"]}
                         for backend, rate in found.items()]
-        broadcast = broadcast_rows(args.env, args.workers, args.broadcast_width, args.pushes)
+        push = push_rows(args.env, args.workers, args.push_width, args.pushes)
         lockstep = [row for step_ms in args.lockstep_step_ms
                     for row in lockstep_rows(args.lockstep_workers, args.lockstep_envs, args.lockstep_steps,
                                              args.lockstep_batches, step_ms)]
@@ -215,16 +215,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     report(f"learner updates/s by learner ranks (TD3, Pendulum-v1, total batch {args.learner_batch})",
            learners, None)
     report(f"actor frames/s by backend ({args.workers} workers, {args.env})", backend_rows, None)
-    report("broadcast to Ray actors", broadcast, None)
+    report("push to Ray actors", push, None)
     report(f"lock-step vs asynchronous Ray actors, heavy-tailed env (step_ms per step, {SLOW_TIMES}x that "
            f"with p={SLOW_P})", lockstep, None)
-    rows = {"learners": learners, "backend": backend_rows, "broadcast": broadcast, "lockstep": lockstep}
+    rows = {"learners": learners, "backend": backend_rows, "push": push, "lockstep": lockstep}
     if args.out:
         write_json("scaleout", [{"table": table, **row} for table, part in rows.items() for row in part], args.out)
     most_ranks = learners[-1]
     print(f"learner updates/s, {most_ranks['ranks']} ranks vs 1: {most_ranks['vs_1_rank']:.2f}x")
     ray_rate = backend_rows[1]["vs_process"]
-    int8 = broadcast[1]
+    int8 = push[1]
     most_actors = max(row["workers"] for row in lockstep)
     async_rows = [(f"async vs lock-step, {row['workers']} actors, {row['step_ms']} ms steps "
                    f"(CPU {row['async_cpu_busy']:.0%} busy)", row["async_vs_sync"], f">= {TARGET_ASYNC}x",
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     for label, value, target, ok in (
         *async_rows,
         ("Ray frames/s vs processes", ray_rate, f">= {TARGET_RAY_RATE}x", ray_rate >= TARGET_RAY_RATE),
-        ("int8 broadcast bytes vs fp32", int8["bytes_vs_fp32"], f"<= {TARGET_INT8_BYTES}x",
+        ("int8 push bytes vs fp32", int8["bytes_vs_fp32"], f"<= {TARGET_INT8_BYTES}x",
          int8["bytes_vs_fp32"] <= TARGET_INT8_BYTES),
         ("int8 push latency vs fp32", int8["push_ms_vs_fp32"], f"< {TARGET_INT8_LATENCY}x",
          int8["push_ms_vs_fp32"] < TARGET_INT8_LATENCY),

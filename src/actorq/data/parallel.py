@@ -1,6 +1,6 @@
 """Parallel learners: ``trainer.devices=N`` Lightning DDP ranks training on the one replay.
 
-Rank 0 is the run: it owns the actors, the replay, the broadcast, the evaluation, the logs
+Rank 0 is the run: it owns the actors, the replay, the push, the evaluation, the logs
 and the checkpoints. Ranks 1..N-1 are learners only. They never build a replay: each update,
 rank 0 draws the whole batch (``algo.batch_size``) from the one replay, exactly as a single
 learner does, and hands each rank its share (:class:`RankSampling`). Every rank computes the

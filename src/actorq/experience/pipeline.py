@@ -17,7 +17,7 @@ It never reads the learner: ``train()`` hands it what it needs at construction (
 the n-step settings and the updates the run plans, and the run's :class:`~actorq.util.clock.FrameClock`,
 which the learner advances). The learner is handed the experience (``learner.learn_from``); the
 callbacks reach it as ``trainer.datamodule``. The one way new weights reach the actors is
-:meth:`Experience.publish` (the broadcast callback decides when).
+:meth:`Experience.push` (the push callback decides when).
 
 Example:
     >>> from functools import partial
@@ -64,7 +64,7 @@ from actorq.experience.rollout_feed import RolloutFeed
 warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 
 HELD_OUT_OBSERVATIONS = 256
-"""Observations each publish measures its copy's fidelity on."""
+"""Observations each push measures its copy's fidelity on."""
 
 LOG_PROB_CHECK_STEPS = 64
 """Steps of each rollout whose recorded log-probability is recomputed."""
@@ -110,7 +110,7 @@ class Experience(L.LightningDataModule):
         make_actors: builds the :class:`~actorq.actors.pool.ActorPool` given ``env_name``,
             ``library``, ``policy``, ``seed`` and the feed's settings (the ``actors`` config
             group, partially applied); it must carry ``total_frames``.
-        actor_policy: the policy every actor starts with and the broadcast refreshes (an
+        actor_policy: the policy every actor starts with and the push refreshes (an
             :class:`~actorq.actors.policy.ExplorationPolicy` over a
             :class:`~actorq.quant.QuantizedNetwork`, whose ``quant`` is the actors' precision).
         clock: the run's frame clock (the learner's): the actors start at its frames, with
@@ -134,7 +134,7 @@ class Experience(L.LightningDataModule):
         total_frames: env frames the run collects.
         frames_per_batch: env frames in each batch the learner receives (a worker's batch,
             or in lock-step collection a round of every worker's).
-        policy_version: how many times :meth:`publish` pushed new weights (the version the
+        policy_version: how many times :meth:`push` pushed new weights (the version the
             actors record with each step, when the learner asks for it).
         actor_batch: observations each actor's policy runs at once (its envs per worker).
     """
@@ -230,19 +230,19 @@ class Experience(L.LightningDataModule):
         return {"dropped_frames": self.actors.dropped_frames, "restarts": self.actors.restarts}
 
     def calibration_observations(self, count: int) -> torch.Tensor:
-        """``count`` observations a publish calibrates a static int8 policy on: drawn uniformly
+        """``count`` observations a push calibrates a static int8 policy on: drawn uniformly
         from the replay, or the last rollout's (the feed's)."""
         return self.feed.calibration_observations(count)
 
     def held_out_observations(self, count: int) -> torch.Tensor | None:
-        """Recent observations the next publish does not calibrate on, where the fidelity of
+        """Recent observations the next push does not calibrate on, where the fidelity of
         its copy is measured (the feed's; ``None`` before there are any)."""
         return self.feed.held_out_observations(count)
 
     @torch.no_grad()
     def _check_recorded_log_prob(self, rollout: TensorDictBase) -> float | None:
         """The largest ``|log mu_recorded - log mu|`` over a sample of the steps the actors ran
-        with the version published last, ``log mu`` recomputed with the main process's copy of
+        with the version pushed last, ``log mu`` recomputed with the main process's copy of
         that version, each step in the batch the actors ran it in (one worker's envs at one time
         step: a dynamic int8 copy's ranges are its batch's): the actors ran what the learner
         believes they ran when it is float rounding (``None`` when the rollout records no
@@ -292,7 +292,7 @@ class Experience(L.LightningDataModule):
             errors.append(float((probe.output(step["observation"]) - step["output"])[mine].abs().max()))
         self.output_error, self._output_probe = max(errors), None
 
-    def publish(self, network: nn.Module) -> Published:
+    def push(self, network: nn.Module) -> Pushed:
         """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,
         calibrated on :meth:`calibration_observations`, and pushes it to every actor as the
         next policy version, at the exploration scale where the run stands.
@@ -318,7 +318,7 @@ class Experience(L.LightningDataModule):
         self.actor_policy.policy_version.fill_(self.policy_version)
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
-        return Published(self.policy_version, payload_nbytes(payload), actor_network, observations, held_out,
+        return Pushed(self.policy_version, payload_nbytes(payload), actor_network, observations, held_out,
                          rung, kl)
 
     def _within_budget(self, network: nn.Module, observations: torch.Tensor, held_out: torch.Tensor | None
@@ -420,7 +420,7 @@ class Experience(L.LightningDataModule):
 
     def observations_to_keep(self) -> torch.Tensor | None:
         """What a checkpoint keeps for calibrating the policy after the run (``python -m
-        actorq.export``): ``quant.calibration_samples`` observations drawn as a publish draws
+        actorq.export``): ``quant.calibration_samples`` observations drawn as a push draws
         its calibration set, from the states the run's policy visits.
 
         Torch's generator and the replay's calibration draws are left as they were, so saving
@@ -436,8 +436,8 @@ class Experience(L.LightningDataModule):
 
 
 @dataclasses.dataclass(frozen=True)
-class Published:
-    """What :meth:`Experience.publish` pushed.
+class Pushed:
+    """What :meth:`Experience.push` pushed.
 
     Attributes:
         version: the policy version the actors now run.

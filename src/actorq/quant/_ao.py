@@ -258,7 +258,7 @@ def observed_linear(module: nn.Module) -> dict[str, torch.Tensor]:
     """What ``tq.convert`` makes of an observed ``Linear`` (``nnq.Linear.from_float``: the
     weight observed and quantized, the output qparams from its observer), as plain codes, but
     without packing the weights for a kernel and unpacking them again (the actors pack the
-    codes they load): at QuaRL's 2048x3 width that pack and unpack were most of a publish
+    codes they load): at QuaRL's 2048x3 width that pack and unpack were most of a push
     (docs/algorithms/ppo.md measures it)."""
     linear = module[0] if isinstance(module, nni.LinearReLU) else module
     observer = module.qconfig.weight()

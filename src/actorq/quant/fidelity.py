@@ -1,7 +1,7 @@
 """How faithful the actors' quantized copy is to the learner's fp32 policy.
 
 :func:`policy_divergence` measures it in the policy's own terms, on observations the copy was
-not calibrated on (the broadcast passes held-out recent observations): the exact
+not calibrated on (the push passes held-out recent observations): the exact
 ``KL(mu || pi)`` for a stochastic policy, the greedy-action agreement for a Q-network, the
 action error as a fraction of the action range for a deterministic actor. The metric names in
 :func:`fidelity_metrics` are the documented ``quant/*`` names.
@@ -139,7 +139,7 @@ def _features(network: nn.Module, observations: torch.Tensor) -> torch.Tensor:
 
 
 def fp32_nbytes(network: nn.Module) -> int:
-    """Bytes of the same trunk as an fp32 payload (the ``bits=32`` broadcast)."""
+    """Bytes of the same trunk as an fp32 payload (the ``bits=32`` push)."""
     fp32 = QuantSpec(bits=32)
     return fp32.codec.payload_nbytes(TrunkLayout.from_trunk(network.trunk), fp32)
 
@@ -147,7 +147,7 @@ def fp32_nbytes(network: nn.Module) -> int:
 def fidelity_metrics(
     network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, spec, batch_size: int | None = None
 ) -> dict[str, float]:
-    """Everything a broadcast logs about its payload, under the ``quant/`` metric names.
+    """Everything a push logs about its payload, under the ``quant/`` metric names.
 
     Args:
         network: the learner's fp32 policy.

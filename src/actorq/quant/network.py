@@ -53,7 +53,7 @@ class BuiltVersion(NamedTuple):
         head: a copy of the head with this version's state.
         normalizer: a copy of the observation normalizer with this version's statistics
             (``None`` if the policy has none).
-        policy_version: the published policy version it is (int64 scalar; what actors record).
+        policy_version: the pushed policy version it is (int64 scalar; what actors record).
     """
 
     version: int
@@ -193,7 +193,7 @@ class QuantizedNetwork(nn.Module):
                 current one.
             normalizer_state: the observation normalizer's ``state_dict()``; ``None`` keeps
                 the current statistics.
-            policy_version: the published version number the actors record with each step
+            policy_version: the pushed version number the actors record with each step
                 (:meth:`sample_with_log_prob_and_version`); ``None`` keeps the current one.
             rung: the precision ``payload`` is at, an index into :attr:`rungs` (0: ``quant``).
 
@@ -243,7 +243,7 @@ class QuantizedNetwork(nn.Module):
         return _output(self.built(), observation)
 
     def forward_with_version(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward` and the published version (``policy_version``) of the very snapshot
+        """:meth:`forward` and the pushed version (``policy_version``) of the very snapshot
         that computed it (what off-policy actors record with each step)."""
         built = self.built()
         return _output(built, observation), built.policy_version
@@ -263,7 +263,7 @@ class QuantizedNetwork(nn.Module):
     def sample_with_log_prob_and_version(
         self, observation: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`sample_with_log_prob` and the published version (``policy_version``) of the
+        """:meth:`sample_with_log_prob` and the pushed version (``policy_version``) of the
         very snapshot that sampled them: a push under way never labels one version's actions
         with another's number."""
         built = self.built()

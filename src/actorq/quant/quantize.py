@@ -85,5 +85,5 @@ def trunk_inputs(network: nn.Module, observations: torch.Tensor | None) -> torch
 
 
 def payload_nbytes(payload: Payload) -> int:
-    """Bytes a payload occupies (what a broadcast copies into every actor)."""
+    """Bytes a payload occupies (what a push copies into every actor)."""
     return sum(t.numel() * t.element_size() for t in payload.values())

@@ -45,7 +45,7 @@ class QuantSpec:
             ``"dynamic"`` (the default: activations quantized over each forward's own range) or
             ``"static"`` (activation ranges calibrated before the push, clipped beyond them).
             ``bits=2..7`` need ``"dynamic"`` (weights only). Ignored for 32/16.
-        observer: for ``mode=static``: ``"learned"`` (ranges measured at every broadcast on
+        observer: for ``mode=static``: ``"learned"`` (ranges measured at every push on
             recent observations with the ``calibration`` observer) or ``"fixed"`` (ranges set
             once from ``input_range`` and ``activation_max``; no data needed).
         calibration: the learned observer: ``"minmax"``, ``"moving_average"`` or
@@ -54,7 +54,7 @@ class QuantSpec:
         input_range: fixed observer: the observation range ``(low, high)`` mapped onto int8.
         activation_max: fixed observer: hidden activations are taken to lie in
             ``[0, activation_max]`` and the trunk's output in ``[-activation_max, activation_max]``.
-        calibration_samples: how many recent observations a broadcast calibrates on.
+        calibration_samples: how many recent observations a push calibrates on.
         auto_tolerance: ``bits="auto"`` keeps only candidates whose action error
             (:func:`actorq.quant.action_error`) is at most this.
         format: a codec's name (:mod:`actorq.quant.codecs`), to pick one that ``bits`` and
@@ -137,12 +137,12 @@ class QuantSpec:
 
     @property
     def is_static(self) -> bool:
-        """Activations are quantized with calibrated ranges, so a broadcast needs them."""
+        """Activations are quantized with calibrated ranges, so a push needs them."""
         return not self.is_auto and self.codec.calibrated
 
     @property
     def needs_calibration(self) -> bool:
-        """A broadcast must pass recent observations to :func:`actorq.quant.quantize`."""
+        """A push must pass recent observations to :func:`actorq.quant.quantize`."""
         return self.is_static and self.observer == "learned"
 
     def describe(self) -> str:

@@ -69,7 +69,7 @@ def check_declared_needs(learner) -> None:
 
 def resolve_collection(cfg: DictConfig, learner) -> None:
     """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
-    collected with the policy it just published), asynchronous collection for an off-policy
+    collected with the policy it just pushed), asynchronous collection for an off-policy
     one; an on-policy learner is told which it gets (``learner.asynchronous``).
     ``actors.gather=null``: asynchronous rollouts are gathered in rounds of every worker's
     batch (:func:`actorq.actors.base.gather_rounds`), other batches go alone. An on-policy
@@ -92,16 +92,16 @@ def resolve_collection(cfg: DictConfig, learner) -> None:
 
 def resolve_cadence(cfg: DictConfig, learner) -> None:
     """The learner family's push cadence and random frames where the run leaves them null:
-    ``callbacks.broadcast.every_n_steps`` from ``learner.push_every_n_steps`` and
+    ``callbacks.push.every_n_steps`` from ``learner.push_every_n_steps`` and
     ``actors.init_random_frames`` from ``learner.init_random_frames``.
 
     An on-policy run that sets them otherwise is refused (:func:`check_on_policy_cadence`).
     """
-    broadcast = cfg.callbacks.get("broadcast")
+    push = cfg.callbacks.get("push")
     if cfg.actors.get("init_random_frames") is None:
         cfg.actors.init_random_frames = learner.init_random_frames
-    if broadcast is not None and "every_n_steps" in broadcast and broadcast.every_n_steps is None:
-        broadcast.every_n_steps = learner.push_every_n_steps
+    if push is not None and "every_n_steps" in push and push.every_n_steps is None:
+        push.every_n_steps = learner.push_every_n_steps
     if learner.experience_kind == "rollout":
         check_on_policy_cadence(cfg, learner)
 
@@ -111,18 +111,18 @@ def check_on_policy_cadence(cfg: DictConfig, learner) -> None:
     (they have no log-probability), no push, a push less often than after every rollout, or
     a warm-up before the first push (a later push has the actors run a policy the learner
     already left behind) are refused."""
-    broadcast = cfg.callbacks.get("broadcast")
+    push = cfg.callbacks.get("push")
     name = type(learner).__name__
     if cfg.actors.init_random_frames:
         raise ConfigError(f"{name} learns from the actors' own policy: set actors.init_random_frames=0 "
                           f"(got {cfg.actors.init_random_frames}; random actions have no log-probability)")
-    if broadcast is None:
-        raise ConfigError(f"{name} learns from the policy its actors run: it needs callbacks.broadcast "
+    if push is None:
+        raise ConfigError(f"{name} learns from the policy its actors run: it needs callbacks.push "
                           "to push it after every rollout")
     for key, value in (("every_n_steps", learner.push_every_n_steps), ("warmup_steps", 0)):
-        if broadcast.get(key, value) != value:
-            raise ConfigError(f"{name} pushes its policy after every rollout: leave callbacks.broadcast.{key} "
-                              f"at {value} (got {broadcast[key]}; the actors would run a policy the learner "
+        if push.get(key, value) != value:
+            raise ConfigError(f"{name} pushes its policy after every rollout: leave callbacks.push.{key} "
+                              f"at {value} (got {push[key]}; the actors would run a policy the learner "
                               "left behind)")
 
 

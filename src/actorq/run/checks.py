@@ -325,6 +325,9 @@ REPLACED_SPELLINGS = {
 }
 """Overrides that composed once, each with the one way to say it now."""
 
+RENAMED_KEYS = {"callbacks.broadcast": "callbacks.push"}
+"""Keys (and the keys under them) that were renamed: the old name with the new one."""
+
 
 def composition_error(argv: list[str]) -> str | None:
     """Why Hydra cannot compose the config of a single run from ``argv``, in one line (``None``
@@ -338,6 +341,11 @@ def composition_error(argv: list[str]) -> str | None:
     replaced = next((arg for arg in overrides if arg.lstrip("+") in REPLACED_SPELLINGS), None)
     if replaced is not None:
         return f"{replaced}: {REPLACED_SPELLINGS[replaced.lstrip('+')]}"
+    for arg in overrides:
+        key = arg.lstrip("+~").split("=", 1)[0]
+        old = next((old for old in RENAMED_KEYS if key == old or key.startswith(old + ".")), None)
+        if old is not None:
+            return f"{arg}: {old} is now {RENAMED_KEYS[old]} (say {arg.replace(old, RENAMED_KEYS[old], 1)})"
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException

@@ -3,7 +3,7 @@ naming the learner step and the tensor, and non-finite weights never reach the a
 
 What it costs: the learner checks each loss it steps on (one scalar); a gradient or weight
 that goes non-finite makes the next loss non-finite, and only then are all tensors scanned
-to name the first bad one. The broadcast scans the policy's weights before every push.
+to name the first bad one. The push scans the policy's weights before every push.
 
 Example:
     >>> import torch
@@ -15,7 +15,7 @@ Example:
     >>> check_finite_weights(net, "the actors' policy", step=7)
     Traceback (most recent call last):
     ...
-    actorq.util.errors.NonFiniteError: non-finite weight bias of the actors' policy at learner step 7: not broadcast
+    actorq.util.errors.NonFiniteError: non-finite weight bias of the actors' policy at learner step 7: not pushed
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def check_finite_weights(module: nn.Module, what: str, step: int) -> None:
     """Raises :class:`NonFiniteError` naming the first non-finite weight of ``module``."""
     culprit = first_non_finite(module)
     if culprit is not None and culprit.startswith("weight"):
-        raise NonFiniteError(f"non-finite {culprit} of {what} at learner step {step}: not broadcast")
+        raise NonFiniteError(f"non-finite {culprit} of {what} at learner step {step}: not pushed")
 
 
 def _modules_of(learner: nn.Module, optimizer: torch.optim.Optimizer) -> str:

@@ -35,7 +35,7 @@ class Codec:
             same ones); ``False``: only by ``QuantSpec(format=name)``.
         int8_kernels: actors run real int8 kernels packed for ``quant.engine``; ``auto`` times
             such a codec once per engine worth trying.
-        calibrated: activation ranges are calibrated at every broadcast (``QuantSpec.is_static``).
+        calibrated: activation ranges are calibrated at every push (``QuantSpec.is_static``).
         full_precision: actors run the learner's fp32 policy unchanged
             (``QuantSpec.is_full_precision``): nothing to compare it with, nothing to quantize.
         auto_candidate: ``quant.bits=auto`` times this codec and may pick it (see
@@ -72,7 +72,7 @@ class Codec:
         raise NotImplementedError
 
     def payload_nbytes(self, layout: TrunkLayout, spec: QuantSpec) -> int:
-        """Bytes of a payload for ``spec`` (what every broadcast copies to every actor)."""
+        """Bytes of a payload for ``spec`` (what every push copies to every actor)."""
         return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.payload_spec(layout, spec).values())
 
     def encode(

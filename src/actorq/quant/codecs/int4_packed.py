@@ -1,6 +1,6 @@
 """``quant.bits=4 quant.format=int4_packed``: 4-bit weights packed two codes to a byte, one
 fp32 scale per output channel; biases and norms stay fp32. Actors unpack the codes once per
-payload and compute in fp32, so a broadcast copies about an eighth of fp32's weight bytes.
+payload and compute in fp32, so a push copies about an eighth of fp32's weight bytes.
 
 Not an ``auto`` candidate: ``auto`` times forwards, and this forward is fp32's own, so the
 codec could only be picked by timing noise, at a larger action error than fp32.

@@ -1,8 +1,8 @@
-"""QuantizeBroadcast: on a schedule, the learner's fp32 policy -> the actors' precision -> the actors.
+"""PolicyPush: on a schedule, the learner's fp32 policy -> the actors' precision -> the actors.
 
 The callback decides when: every ``every_n_steps`` learner steps it checks that the learner's
 behaviour network is finite and hands it to the experience pipeline
-(``trainer.datamodule.publish``), which owns the rest: the actors' precision
+(``trainer.datamodule.push``), which owns the rest: the actors' precision
 (``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see weights on the same
 schedule), calibration (observations drawn uniformly from the replay without touching the
 learner's sampling state, or the last rollout's), encoding, and the push to every worker
@@ -12,8 +12,8 @@ last, or a second draw from the replay) run the decoded copy again, so they are 
 every ``fidelity_every_n_pushes``-th push only.
 
 Example:
-    >>> broadcast = QuantizeBroadcast(every_n_steps=100, warmup_steps=50)
-    >>> broadcast.should_update(40), broadcast.should_update(100)
+    >>> push = PolicyPush(every_n_steps=100, warmup_steps=50)
+    >>> push.should_update(40), push.should_update(100)
     (False, True)
 """
 
@@ -40,11 +40,11 @@ if TYPE_CHECKING:
     from actorq.experience import Experience
 
 
-class QuantizeBroadcast(Callback):
+class PolicyPush(Callback):
     """Pushes the learner's policy, at the actors' precision, to every actor on a schedule.
 
-    Logs ``quant/broadcast_ms``, ``quant/broadcast_bytes`` (the payload that crosses to each
-    worker), ``quant/broadcasts``, ``quant/policy_version`` and, on the first push and every
+    Logs ``quant/push_ms``, ``quant/push_bytes`` (the payload that crosses to each
+    worker), ``quant/pushes``, ``quant/policy_version`` and, on the first push and every
     ``fidelity_every_n_pushes``-th after it, the fidelity metrics of
     :func:`actorq.quant.fidelity_metrics` (``quant/kl``, ``quant/action_error``, ...) on
     held-out recent observations. Where the divergence budget measured a push
@@ -59,18 +59,18 @@ class QuantizeBroadcast(Callback):
 
     def __init__(self, every_n_steps: int = 100, warmup_steps: int = 0, fidelity_every_n_pushes: int = 1):
         if every_n_steps <= 0:
-            raise ValueError(f"callbacks.broadcast.every_n_steps must be positive, got {every_n_steps}")
+            raise ValueError(f"callbacks.push.every_n_steps must be positive, got {every_n_steps}")
         if warmup_steps < 0:
-            raise ValueError(f"callbacks.broadcast.warmup_steps must be >= 0, got {warmup_steps}")
+            raise ValueError(f"callbacks.push.warmup_steps must be >= 0, got {warmup_steps}")
         if fidelity_every_n_pushes <= 0:
-            raise ValueError("callbacks.broadcast.fidelity_every_n_pushes must be positive, "
+            raise ValueError("callbacks.push.fidelity_every_n_pushes must be positive, "
                              f"got {fidelity_every_n_pushes}")
         self.every_n_steps = every_n_steps
         self.warmup_steps = warmup_steps
         self.fidelity_every_n_pushes = fidelity_every_n_pushes
         self.schedule = Every(every_n_steps)
         self.last_step = 0
-        self.broadcasts = 0
+        self.pushes = 0
         self.fallbacks = 0
         self.fidelity = FidelityTotals()
 
@@ -92,37 +92,37 @@ class QuantizeBroadcast(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.sanity_checking or not self.should_update(pl_module.learner_steps):
             return
-        self.broadcast(trainer.datamodule, pl_module)
+        self.push(trainer.datamodule, pl_module)
 
-    def broadcast(self, experience: Experience, learner: Learner) -> dict[str, float]:
+    def push(self, experience: Experience, learner: Learner) -> dict[str, float]:
         """Publishes the learner's policy to the actors now; returns the logged metrics."""
         started = time.perf_counter()
         network = on_cpu(learner.behaviour_network)
         check_finite_weights(network, "the policy", learner.learner_steps)
         recorded = {"quant/log_prob_error": experience.log_prob_error,  # what the version pushed last ran
                     "quant/output_error": experience.output_error}
-        published = experience.publish(network)
+        pushed = experience.push(network)
         self.last_step = learner.learner_steps
-        self.broadcasts += 1
+        self.pushes += 1
         metrics = {
-            "quant/broadcast_ms": 1000 * (time.perf_counter() - started),
-            "quant/broadcast_bytes": float(published.payload_bytes),
-            "quant/broadcasts": float(self.broadcasts),
-            "quant/policy_version": float(published.version),
+            "quant/push_ms": 1000 * (time.perf_counter() - started),
+            "quant/push_bytes": float(pushed.payload_bytes),
+            "quant/pushes": float(self.pushes),
+            "quant/policy_version": float(pushed.version),
         }
-        if published.budget_kl is not None or published.rung:  # the divergence budget measured this push
-            self.fallbacks += bool(published.rung)
-            metrics["quant/fallback"] = float(bool(published.rung))
+        if pushed.budget_kl is not None or pushed.rung:  # the divergence budget measured this push
+            self.fallbacks += bool(pushed.rung)
+            metrics["quant/fallback"] = float(bool(pushed.rung))
             metrics["quant/fallbacks"] = float(self.fallbacks)
-            if published.rung and self.fallbacks == 1:
+            if pushed.rung and self.fallbacks == 1:
                 log.info("push %d went out at %s: the %s copy's KL %.3g on held-out observations exceeds "
-                         "quant.max_kl=%g (quant/fallbacks counts such pushes)", published.version,
-                         published.actor_network.active_quant.describe(), experience.quant.describe(),
-                         published.budget_kl, experience.quant.max_kl)
+                         "quant.max_kl=%g (quant/fallbacks counts such pushes)", pushed.version,
+                         pushed.actor_network.active_quant.describe(), experience.quant.describe(),
+                         pushed.budget_kl, experience.quant.max_kl)
         metrics.update({name: value for name, value in recorded.items() if value is not None})
-        if published.held_out is not None and (self.broadcasts - 1) % self.fidelity_every_n_pushes == 0:
+        if pushed.held_out is not None and (self.pushes - 1) % self.fidelity_every_n_pushes == 0:
             started = time.perf_counter()
-            metrics.update(fidelity_metrics(network, published.actor_network, published.held_out, learner.spec,
+            metrics.update(fidelity_metrics(network, pushed.actor_network, pushed.held_out, learner.spec,
                                             experience.actor_batch))
             metrics["quant/fidelity_ms"] = 1000 * (time.perf_counter() - started)
         self.fidelity.add(metrics)
@@ -137,13 +137,13 @@ class QuantizeBroadcast(Callback):
 
     @override
     def state_dict(self) -> dict:
-        return {"last_step": self.last_step, "broadcasts": self.broadcasts, "fallbacks": self.fallbacks,
+        return {"last_step": self.last_step, "pushes": self.pushes, "fallbacks": self.fallbacks,
                 "fidelity": self.fidelity.totals}
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
         self.last_step = state_dict["last_step"]
-        self.broadcasts = state_dict["broadcasts"]
+        self.pushes = state_dict.get("pushes", state_dict.get("broadcasts", 0))  # the count's earlier name
         self.fallbacks = state_dict.get("fallbacks", 0)
         self.fidelity = FidelityTotals(state_dict.get("fidelity", {}))
 
@@ -153,7 +153,7 @@ class FidelityTotals:
 
     Example:
         >>> totals = FidelityTotals()
-        >>> totals.add({"quant/kl": 0.01}); totals.add({"quant/kl": 0.03, "quant/broadcasts": 2.0})
+        >>> totals.add({"quant/kl": 0.01}); totals.add({"quant/kl": 0.03, "quant/pushes": 2.0})
         >>> totals.summary()
         {'kl': {'pushes': 2, 'mean': 0.02, 'worst': 0.03}}
     """
