@@ -32,9 +32,9 @@ COMMANDS = {
                "continue a run from its last checkpoint with the overrides it was started with; "
                "a larger actors.total_frames extends a finished run"),
     "evaluate": ("RUN_DIR [episodes=N] [video=true] [bits=8] ...", "score a run's policy, and film it"),
-    "export": ("RUN_DIR|CHECKPOINT OUT [--bits N]", "a run's policy as one TorchScript file"),
-    "report": ("DIR [DIR ...]", "runs and sweeps -> report.md and plots: where int8 actors pay"),
-    "bench": ("NAME [OPTIONS]", "the benchmarks (`actorq bench --help` lists them)"),
+    "export": ("RUN_DIR|CHECKPOINT OUT [bits=N]", "a run's policy as one TorchScript file"),
+    "report": ("DIR [DIR ...] [out=DIR] [target_return=R]", "runs and sweeps -> report.md and plots: where int8 actors pay"),
+    "bench": ("NAME [KEY=VALUE ...]", "the benchmarks (`actorq bench --help` lists them)"),
 }
 """Each command's arguments and what it does, as ``actorq --help`` prints them."""
 
@@ -81,7 +81,8 @@ def usage() -> str:
     for name, (arguments, what) in COMMANDS.items():
         lines += [f"  {name:<{width}}  {arguments}",
                   *textwrap.wrap(what, 96, initial_indent=" " * (width + 6), subsequent_indent=" " * (width + 6))]
-    lines += ["", "`actorq COMMAND --help` shows a command's options. Overrides without a command train:",
+    lines += ["", "Every option is KEY=VALUE (a command's --key VALUE flags work too).",
+              "`actorq COMMAND --help` shows a command's options. Overrides without a command train:",
               "  actorq +experiment=ppo_cartpole quant.bits=8", "  actorq algo=sac env=pendulum"]
     return "\n".join(lines)
 

@@ -17,6 +17,7 @@ import sys
 from actorq.tools.rebuild import actors_network, calibration_set, load_learner, payload_format
 from actorq.tools.standalone import StandalonePolicy, export, export_checkpoint
 from actorq.util.errors import ConfigError
+from actorq.util.arguments import as_options
 
 __all__ = ["StandalonePolicy", "actors_network", "calibration_set", "export", "export_checkpoint", "load_learner",
            "payload_format"]
@@ -27,7 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("checkpoint", help="a run dir (its checkpoints/last.ckpt) or a .ckpt file")
     parser.add_argument("out", help="the file to write (TorchScript)")
     parser.add_argument("--bits", type=int, default=None, help="re-quantize at this precision (8, 16, 2..7, 32)")
-    return parser.parse_args(argv)
+    return parser.parse_args(as_options(argv, parser))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from actorq.util.arguments import as_options
 
 MIN_SEEDS = 3  # fewer completed seeds than this per precision: a row is not a claim
 
@@ -55,8 +56,8 @@ measured; fewer than 3 seeds per precision is marked as no claim."""
 EXAMPLES = """\
 examples:
   actorq report multirun/2026-11-22/10-00-00
-  actorq report SWEEP_A SWEEP_B --out report/
-  actorq report SWEEP --target-return -200
+  actorq report SWEEP_A SWEEP_B out=report/
+  actorq report SWEEP target_return=-200      (--target-return -200 is the same)
 
 docs/reproducing.md explains every column."""
 
@@ -618,7 +619,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target-return", type=float, help="the return whose time to reach is compared")
     parser.add_argument("--target-fraction", type=float, default=0.9,
                         help="without --target-return: the target is this fraction of the fp32 final mean")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if not 0 < args.target_fraction <= 1:
         parser.error(f"--target-fraction must be in (0, 1], got {args.target_fraction}")
     return args

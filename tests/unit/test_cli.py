@@ -97,3 +97,16 @@ def test_a_renamed_key_is_refused_with_its_new_name(override):
 
     error = composition_error(["+experiment=dqn_cartpole", override])
     assert error == f"{override}: callbacks.broadcast is now callbacks.push (say {override.replace('broadcast', 'push')})"
+
+
+@pytest.mark.parametrize(("module", "key_values", "flags"), [
+    ("actorq.export", ["RUN", "out.pt", "bits=8"], ["RUN", "out.pt", "--bits", "8"]),
+    ("actorq.report", ["A", "B", "out=rep", "target_return=-200"], ["A", "B", "--out", "rep", "--target-return", "-200"]),
+    ("actorq.bench.actors", ["widths=[64,256]", "quick=true"], ["--widths", "64", "256", "--quick"]),
+    ("actorq.bench.regime", ["quick=false"], []),
+])
+def test_every_command_reads_key_value_as_its_flags(module, key_values, flags):
+    import importlib
+
+    parse = importlib.import_module(module).parse_args
+    assert parse(key_values) == parse(flags)

@@ -51,6 +51,7 @@ from actorq.bench._table import report
 from actorq.envs import EnvSpec, find_suite, make_env, random_observations
 from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, resolve_precision, time_forward
+from actorq.util.arguments import as_options
 
 PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' QuantizedNetwork, as the trainer builds it)
     "fp32": QuantSpec(bits=32),
@@ -191,7 +192,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="also run the int8 precisions with weights packed for the onednn engine (quant.engine)")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/actors.json", help="JSON output ('' for none)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.widths, args.envs, args.precisions, args.batches, args.rounds = [64], [1, 8], ["fp32", "int8 static"], 3, 1
     if args.onednn:

@@ -42,6 +42,7 @@ from actorq.envs.atari import make_atari
 from actorq.quant._ao import ENGINES
 from actorq.quant.conv import quantize_conv_policy, serialized_bytes
 from actorq.run.learner_precision import cpu_fields, device_name
+from actorq.util.arguments import as_options
 
 CPU_FLAGS = ("avx2", "avx512_vnni", "avx512_bf16", "amx_int8")
 """The CPU features that decide int8 and bf16 speed, reported with every run."""
@@ -60,7 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="learner speeds (frames/s) to size the fleet for")
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     parser.add_argument("--out", default="bench-results/fleet.json", help="JSON output ('' for none)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.trunks, args.envs, args.steps, args.repeats = args.trunks[:1], 2, 8, 1
     if args.envs < 1 or args.steps < 1 or args.repeats < 1:

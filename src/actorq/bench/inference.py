@@ -24,6 +24,7 @@ from actorq.bench._table import report
 from actorq.envs import EnvSpec
 from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, select_precision, time_forward
+from actorq.util.arguments import as_options
 
 OBS_DIM, ACTION_DIM, DEPTH = 17, 6, 3
 WIDTHS, BATCHES = (256, 1024, 2048), (1, 16, 256)
@@ -48,7 +49,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small widths and few iterations (smoke test)")
     parser.add_argument("--out", default="bench-results/inference.json", help="JSON output ('' for none)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.widths = args.widths or list(QUICK_WIDTHS)
         args.batches = args.batches or list(QUICK_BATCHES)

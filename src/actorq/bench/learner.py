@@ -56,6 +56,7 @@ from actorq.run.learner_precision import CANDIDATES, choose, time_updates, witho
 from actorq.data.nstep import nstep_transitions
 from actorq.data.writer import Arrivals, TransitionWriter
 from actorq.data.replay.uniform import UniformReplay
+from actorq.util.arguments import as_options
 
 TARGET_RATIO = 0.9
 TARGET_AUTO = 0.95  # --precision auto: auto's updates/s over the faster precision's
@@ -273,7 +274,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--out", default=None, help="JSON output ('' for none; default bench-results/learner.json, "
                         "auto: bench-results/learner-precision.json)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     auto = args.precision == "auto"
     defaults = dict(algos=["td3"], hidden=[2048, 64], layers=3, critic_hidden=256, batch_size=64, batches=3,
                     frames=64, out="bench-results/learner-precision.json") if auto else dict(

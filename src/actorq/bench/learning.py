@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_module
 
 from actorq.bench._table import report
 from actorq.train import train
+from actorq.util.arguments import as_options
 
 REFERENCE = ("dqn_cartpole", "td3_pendulum", "sac_pendulum", "d4pg_cartpole")
 # The CPU-sized variant of the reference D4PG run (QuaRL's 2048x3 actor takes hours here).
@@ -47,7 +48,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test, no learning)")
     parser.add_argument("--runs-dir", default=None, help="where the runs go (default: a temporary folder)")
     parser.add_argument("--out", default="bench-results/learning.json", help="JSON output ('' for none)")
-    return parser.parse_args(argv)
+    return parser.parse_args(as_options(argv, parser))
 
 
 def actors_return(summary: dict) -> float:

@@ -33,6 +33,7 @@ from actorq.bench.learning import EXPERIMENT_OVERRIDES, QUICK_OVERRIDES, REFEREN
 from actorq.callbacks.evaluation import greedy
 from actorq.envs import EnvSpec, make_env, rollout_return
 from actorq.quant import QuantizedNetwork, QuantSpec, action_error
+from actorq.util.arguments import as_options
 
 RECIPES = {
     "int8_static": QuantSpec(bits=8, mode="static", format="int8_static"),  # every layer int8 (the previous default)
@@ -118,7 +119,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test, no learning)")
     parser.add_argument("--runs-dir", default=None, help="where runs and trained networks go (default: a temporary folder)")
     parser.add_argument("--out", default="bench-results/recipes.json", help="JSON output ('' for none)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.episodes = min(args.episodes, 1)
     return args

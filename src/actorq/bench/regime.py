@@ -45,6 +45,7 @@ from actorq.bench.learner import fake_experience, lightning_updates_per_s
 from actorq.envs import EnvSpec, make_env
 from actorq.quant import QuantSpec
 from actorq.train import train
+from actorq.util.arguments import as_options
 
 PRECISIONS = {"fp32": QuantSpec(bits=32), "int8": QuantSpec(bits=8, mode="static")}  # the actors' copies
 BATCH_SIZE = 256
@@ -163,7 +164,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--plot", default="bench-results/regime.png", help="heatmap PNG ('' for none)")
     parser.add_argument("--out", default="bench-results/regime.json", help="JSON output ('' for none)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.widths, args.update_to_data, args.check, args.batches = [64], [0.25, 1.0], ["64:1.0"], 2
         args.check_seconds = 1.0

@@ -26,6 +26,7 @@ from tensordict import TensorDict
 from actorq.bench._table import report
 from actorq.data.replay.prioritized import PrioritizedReplay
 from actorq.data.replay.shared import SharedReplay
+from actorq.util.arguments import as_options
 
 OBS_DIM, ACTION_DIM = 17, 6
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6  # every buffer's; cpprb's own eps default is 1e-4
@@ -46,7 +47,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small and short (smoke test)")
     parser.add_argument("--out", default="bench-results/replay.json", help="JSON ('' for none)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.capacity = min(args.capacity, 2**12)
         args.iterations = min(args.iterations, 20)

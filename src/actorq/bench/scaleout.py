@@ -52,6 +52,7 @@ from actorq.bench.actors import actor_policy, frames_per_s
 from actorq.bench.heavy_tail import SLOW_P, HeavyTailSuite, ZeroPolicy, heavy_tail_name
 from actorq.envs import register_suite, suites, unregister_suite
 from actorq.quant import QuantSpec
+from actorq.util.arguments import as_options
 
 TARGET_RAY_RATE = 0.8
 TARGET_ASYNC = 3.0  # at 8 actors
@@ -179,7 +180,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--learner-batch", type=int, default=256, help="total batch, learners table")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/scaleout.json", help="JSON output ('' for none)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
         args.push_width, args.pushes = 256, 2
