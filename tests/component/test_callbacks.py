@@ -87,7 +87,7 @@ def test_fp32_and_quantized_policies_are_evaluated_on_the_same_episodes(batched)
             return torch.nn.functional.one_hot(action, 2).float()
 
     experience = SimpleNamespace(
-        seed=0, quant=QuantSpec(bits=8), actor_policy=SimpleNamespace(network=SameActions()),
+        spec=SimpleNamespace(seed=0), quant=QuantSpec(bits=8), actor_policy=SimpleNamespace(network=SameActions()),
         make_eval_env=make_eval_env,
     )
     learner = SimpleNamespace(act=lean_towards_the_pole, frames=0, spec=SimpleNamespace(discrete=True))
