@@ -1,11 +1,16 @@
 """What a new user reads first: the help of each command, and an unknown benchmark's error."""
 
+import re
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from actorq import report
 from actorq.bench import __main__ as bench
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +68,16 @@ def test_help_is_plain_text_with_examples(command, capsys):
     assert "examples:\n  actorq " in text
     if command == "bench":
         assert all(f"\n  {name:<10} {line}" in text for name, line in bench.BENCHMARKS.items())
+
+
+def test_the_help_names_the_experiment_make_run_trains(app_help):
+    text, _ = app_help
+    run_target = re.search(r"^run:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    trained = re.search(r"\+experiment=(\w+)", run_target).group(1)
+    described, current = None, None
+    for line in text.splitlines():
+        named = re.match(r"^\s+(\w+)\s{2,}\S", line)
+        current = named.group(1) if named else current
+        if "make run" in line:
+            described = current
+    assert described == trained and "quant.bits=32,8" in run_target  # "fp32 then int8", as the help says

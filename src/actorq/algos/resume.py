@@ -31,6 +31,13 @@ def extend_to_budget(checkpoint: dict, total_frames: int, planned_updates: int) 
         >>> extend_to_budget(checkpoint, total_frames=3000, planned_updates=900)
         >>> progress.get("processed"), batches.get("is_last_batch"), decay.get("updates")
         (0, False, 900)
+        >>> closing = {"ready": 1, "started": 1, "processed": 0, "completed": 0}  # saved at its last batch
+        >>> batches = {"is_last_batch": True}
+        >>> checkpoint["loops"]["fit_loop"] = {"epoch_progress": {"total": dict(closing), "current": closing},
+        ...                                    "epoch_loop.batch_progress": batches}
+        >>> extend_to_budget(checkpoint, total_frames=3000, planned_updates=900)
+        >>> batches.get("is_last_batch")
+        False
     """
     for scheduler in checkpoint.get("lr_schedulers", []):
         for decay in scheduler.get("lr_lambdas") or []:
@@ -38,11 +45,14 @@ def extend_to_budget(checkpoint: dict, total_frames: int, planned_updates: int) 
                 decay["updates"] = max(1, int(planned_updates))
     fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
     epoch = fit_loop.get("epoch_progress", {})
-    finished = epoch.get("current", {}).get("processed", 0) >= 1
+    batches = fit_loop.get("epoch_loop.batch_progress", {})
+    # Finished: the epoch was closed, or its last batch was processed and the final save was
+    # skipped because a periodic checkpoint of the same frame count had just been written.
+    finished = epoch.get("current", {}).get("processed", 0) >= 1 or batches.get("is_last_batch", False)
     if finished and checkpoint.get("actorq", {}).get("frames", 0) < total_frames:
-        for progress in (epoch["total"], epoch["current"]):
+        for progress in (epoch.get("total", {}), epoch.get("current", {})):
             progress["processed"] = progress["completed"] = 0
-        fit_loop.get("epoch_loop.batch_progress", {})["is_last_batch"] = False
+        batches["is_last_batch"] = False
 
 
 def rng_states() -> dict:
