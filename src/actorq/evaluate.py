@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from actorq.util.arguments import FALSE, TRUE
 from actorq.util.errors import ConfigError
 
 PROG = "actorq.evaluate"
@@ -43,7 +44,6 @@ keys:
   video_steps=N              record at most N steps of the episode (default: all of it)
   seed=N                     the first episode's seed (default: the run's seed)
 """
-TRUE, FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
 @dataclasses.dataclass(frozen=True)
