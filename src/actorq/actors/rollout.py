@@ -36,6 +36,7 @@ from torchrl.collectors import Collector
 
 from actorq.util import torchrl_adapter as adapter
 from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv, StepArrays
+from actorq.envs.raw import RawEnvs
 from actorq.envs.spec import OBSERVATION
 
 
@@ -63,7 +64,7 @@ class LeanCollector(Collector):
         action_shape = spec.shape[len(env.batch_size):]
         policy = adapter.policy_module(self)
         records = {name: _record_shape(policy, name) for name in getattr(policy, "records", ())}
-        buffers = _Buffers(n, steps, env.raw.obs_dim, action_shape, spec.dtype, records)
+        buffers = _Buffers(n, steps, env.raw, action_shape, spec.dtype, records)
         traj_ids = adapter.current_traj_ids(self).reshape(n).clone()
         traj_ids_array = traj_ids.numpy()  # the same memory; numpy's copy from a tensor is slow
         obs = env.observation
@@ -104,18 +105,21 @@ def _record_shape(policy, name: str) -> tuple[int, ...]:
 class _Buffers:
     """The arrays of one batch, ``[envs, steps, ...]`` (TorchRL's layout: time last)."""
 
-    def __init__(self, n: int, steps: int, obs_dim: int, action_shape: torch.Size, action_dtype: torch.dtype,
+    def __init__(self, n: int, steps: int, raw: RawEnvs, action_shape: torch.Size, action_dtype: torch.dtype,
                  records: dict[str, tuple[int, ...]] | None = None):
         def floats(*shape):
             return np.empty((n, steps, *shape), dtype=np.float32)
 
+        def observations():
+            return np.empty((n, steps, *raw.obs_shape), dtype=raw.obs_dtype)
+
         def flags():
             return np.zeros((n, steps, 1), dtype=bool)
 
-        self.obs, self.episode_reward = floats(obs_dim), floats(1)
+        self.obs, self.episode_reward = observations(), floats(1)
         self.action = torch.empty((n, steps, *action_shape), dtype=action_dtype).numpy()
         self.traj_ids = np.empty((n, steps), dtype=np.int64)
-        self.next = StepArrays(floats(obs_dim), floats(1), floats(1), flags(), flags(), flags())
+        self.next = StepArrays(observations(), floats(1), floats(1), flags(), flags(), flags())
         # What the policy records with each action (name -> one row's shape); zeros in the
         # random frames it does not act in, as TorchRL's rollout leaves them.
         self.records = {name: np.zeros((n, steps, *shape), dtype=RECORD_DTYPES[name])

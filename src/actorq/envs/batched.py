@@ -46,12 +46,14 @@ from actorq.envs.spec import EPISODE_REWARD, OBSERVATION
 from actorq.util.torchrl_adapter import next_seed, tensordict_unchecked
 
 _DONE_KEYS = ("done", "terminated", "truncated")
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}
+"""The observation dtypes raw envs may have, as torch names them."""
 
 
 class StepArrays(NamedTuple):
     """One batch step of ``N`` envs as numpy arrays (rows are envs): the ``"next"`` entries."""
 
-    obs: np.ndarray  # [N, obs_dim] float32
+    obs: np.ndarray  # [N, *obs_shape]: float32 vectors, or uint8 frames
     reward: np.ndarray  # [N, 1] float32
     episode_reward: np.ndarray  # [N, 1] float32, the running return including this reward
     terminated: np.ndarray  # [N, 1] bool
@@ -90,7 +92,7 @@ class LeanBatchedEnv(EnvBase):
         self._n = n
         self._batched = batched
         self.observation_spec = Composite(
-            {OBSERVATION: Unbounded((*batch, raw.obs_dim), dtype=torch.float32),
+            {OBSERVATION: Unbounded((*batch, *raw.obs_shape), dtype=_TORCH_DTYPES[np.dtype(raw.obs_dtype)]),
              EPISODE_REWARD: Unbounded((*batch, 1), dtype=torch.float32)},
             shape=batch,
         )
@@ -108,7 +110,7 @@ class LeanBatchedEnv(EnvBase):
         # Mutable per-step state lives in a plain namespace: assigning attributes of an
         # nn.Module (EnvBase is one) costs microseconds per call.
         self._state = _State(episode=np.zeros((n, 1), dtype=np.float32),
-                             obs=np.zeros((n, raw.obs_dim), dtype=np.float32))
+                             obs=np.zeros((n, *raw.obs_shape), dtype=raw.obs_dtype))
         self._action_shape = (n,) if raw.discrete else (n, len(raw.action_low))
         # Continuous actions are clipped to the bounds here: a stochastic policy (PPO's
         # Gaussian) samples past them, and its log-probability is of what it sampled.
@@ -155,7 +157,7 @@ class LeanBatchedEnv(EnvBase):
         actions = actions.reshape(self._action_shape)
         if self._bounds is not None:
             actions = np.clip(actions, *self._bounds)
-        obs = np.empty((n, self.raw.obs_dim), dtype=np.float32)
+        obs = np.empty((n, *self.raw.obs_shape), dtype=self.raw.obs_dtype)
         reward = np.empty((n, 1), dtype=np.float32)
         terminated = np.zeros((n, 1), dtype=bool)
         truncated = np.zeros((n, 1), dtype=bool)
@@ -186,7 +188,7 @@ class LeanBatchedEnv(EnvBase):
 
     @property
     def observation(self) -> np.ndarray:
-        """The observations the next step starts from, ``[N, obs_dim]``."""
+        """The observations the next step starts from, ``[N, *obs_shape]``."""
         return self._state.obs
 
     @property

@@ -13,11 +13,20 @@ import numpy as np
 class RawEnvs(abc.ABC):
     """``n`` raw simulators of one task, stepped and reset in numpy.
 
-    Subclasses fill ``obs_dim``, ``discrete``, ``num_actions`` or ``action_low``/``action_high``.
+    Subclasses fill ``obs_dim``, ``discrete``, ``num_actions`` or ``action_low``/``action_high``;
+    envs whose observations are not a flat float32 vector (stacked uint8 frames) also set
+    ``obs_shape`` and ``obs_dtype``.
     """
 
     n: int
     obs_dim: int
+    obs_dtype: np.dtype = np.dtype(np.float32)
+    """The dtype of an observation: float32 vectors, or uint8 frames."""
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """The shape of one env's observation: ``(obs_dim,)`` unless a subclass says otherwise."""
+        return (self.obs_dim,)
     discrete: bool = False
     num_actions: int = 0
     action_low: np.ndarray | None = None

@@ -11,7 +11,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
 OBSERVATION = "observation"
-"""The key of the flat float32 observation vector of every environment."""
+"""The key of every environment's observation: a flat float32 vector, or stacked uint8 frames."""
 EPISODE_REWARD = "episode_reward"
 """The key of the running return of the current episode (TorchRL's ``RewardSum``)."""
 
@@ -36,6 +37,8 @@ class EnvSpec:
         action_dim: length of a continuous action (0 for discrete).
         action_low: lower bound per continuous action dimension.
         action_high: upper bound per continuous action dimension.
+        frame_shape: ``(channels, height, width)`` for an env that shows stacked uint8 frames
+            (``obs_dim`` is then their number of pixels); ``()`` for a flat float32 vector.
     """
 
     obs_dim: int
@@ -44,17 +47,37 @@ class EnvSpec:
     action_dim: int = 0
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    frame_shape: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def pixels(self) -> bool:
+        """Whether observations are stacked uint8 frames (a convolutional policy's input)."""
+        return bool(self.frame_shape)
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        """One observation's shape: ``frame_shape``, or ``(obs_dim,)``."""
+        return self.frame_shape or (self.obs_dim,)
+
+    @property
+    def observation_dtype(self) -> torch.dtype:
+        """uint8 for frames, float32 for vectors."""
+        return torch.uint8 if self.pixels else torch.float32
 
     @classmethod
     def from_env(cls, env: EnvBase) -> EnvSpec:
         """Reads the spec of an environment made by :func:`actorq.envs.make_env`."""
-        obs_dim = int(env.observation_spec[OBSERVATION].shape[-1])
+        observation = env.observation_spec[OBSERVATION]
+        event_shape = tuple(observation.shape[len(env.batch_size):])
+        frame_shape = event_shape if observation.dtype == torch.uint8 else ()
+        obs_dim = math.prod(event_shape)
         action_spec = env.full_action_spec[env.action_key]
         if action_spec.domain == "discrete":
-            return cls(obs_dim=obs_dim, discrete=True, num_actions=int(action_spec.space.n))
+            return cls(obs_dim=obs_dim, discrete=True, num_actions=int(action_spec.space.n), frame_shape=frame_shape)
         low = action_spec.space.low.reshape(-1).tolist()
         high = action_spec.space.high.reshape(-1).tolist()
         return cls(
+            frame_shape=frame_shape,
             obs_dim=obs_dim,
             discrete=False,
             action_dim=len(low),
@@ -116,7 +139,9 @@ def _batched_returns(env: EnvBase, act, max_steps: int) -> list[float]:
 
 
 def random_observations(env: EnvBase, count: int) -> torch.Tensor:
-    """``count`` observations from uniformly random actions (``[count, obs_dim]``)."""
+    """``count`` observations from uniformly random actions (``[count, *observation_shape]``)."""
     with torch.no_grad():
         steps = env.rollout(count, break_when_any_done=False)
-    return steps[OBSERVATION].reshape(-1, steps[OBSERVATION].shape[-1])[:count]
+    observations = steps[OBSERVATION]
+    event_shape = observations.shape[len(env.batch_size) + 1:]
+    return observations.reshape(-1, *event_shape)[:count]
