@@ -456,3 +456,28 @@ def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine:
         for batch in calibration:
             prepared(batch)
         return convert_fx(prepared)
+
+
+def plain_tensors(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``tensor`` as plain tensors: itself when it is not quantized, else its int codes
+    under ``name`` and its scales and zero points beside them."""
+    tensor = tensor.detach()
+    if not tensor.is_quantized:
+        return {name: tensor.clone()}
+    if tensor.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        return {name: tensor.int_repr().clone(), f"{name}__scales": tensor.q_per_channel_scales().clone(),
+                f"{name}__zero_points": tensor.q_per_channel_zero_points().clone()}
+    return {name: tensor.int_repr().clone(), f"{name}__scale": torch.tensor(tensor.q_scale(), dtype=torch.float64),
+            f"{name}__zero_point": torch.tensor(tensor.q_zero_point(), dtype=torch.int64)}
+
+
+def restored_tensor(name: str, template: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The tensor :func:`plain_tensors` split into ``tensors``, quantized as ``template`` is."""
+    if not template.is_quantized:
+        return tensors[name]
+    codes = tensors[name]
+    if template.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        return torch._make_per_channel_quantized_tensor(
+            codes, tensors[f"{name}__scales"], tensors[f"{name}__zero_points"], template.q_per_channel_axis())
+    return torch._make_per_tensor_quantized_tensor(
+        codes, float(tensors[f"{name}__scale"]), int(tensors[f"{name}__zero_point"]))

@@ -54,8 +54,14 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
         raise ValueError(f"quantized engine {engine!r} is not in this torch build "
                          f"({', '.join(torch.backends.quantized.supported_engines)})")
     if full_range is None:
-        full_range = not saturates_full_range(engine)
+        full_range = full_range_for(engine)
     return convert_static_fx(copy.deepcopy(policy).eval(), list(frames.split(CALIBRATION_CHUNK)), engine, full_range)
+
+
+def full_range_for(engine: str) -> bool:
+    """Whether ``engine``'s int8 copies get 8-bit activations on this CPU (its kernels sum
+    them exactly), else 7."""
+    return not saturates_full_range(engine)
 
 
 def serialized_bytes(module: nn.Module) -> int:

@@ -34,6 +34,7 @@ from torch import nn
 
 from actorq.util.errors import ConfigError
 from actorq.quant.layout import Payload, TrunkLayout, input_normalizer
+from actorq.quant.module_layout import ModuleLayout, event_dims, layout_of
 from actorq.quant.quantize import quantize
 from actorq.quant.spec import QuantSpec
 
@@ -54,6 +55,7 @@ class BuiltVersion(NamedTuple):
         normalizer: a copy of the observation normalizer with this version's statistics
             (``None`` if the policy has none).
         policy_version: the pushed policy version it is (int64 scalar; what actors record).
+        event_dims: how many trailing dimensions one observation has (1: a vector; 3: frames).
     """
 
     version: int
@@ -62,6 +64,7 @@ class BuiltVersion(NamedTuple):
     head: nn.Module
     normalizer: nn.Module | None
     policy_version: torch.Tensor
+    event_dims: int = 1
 
     def output(self, observation: torch.Tensor) -> torch.Tensor:
         """This version's ``head(trunk(normalize(obs)))``, whatever was loaded since."""
@@ -104,12 +107,13 @@ class QuantizedNetwork(nn.Module):
     ):
         super().__init__()
         self.register_module("normalizer", normalizer)
-        self.layout = sizes if isinstance(sizes, TrunkLayout) else TrunkLayout(tuple(sizes), layer_norm)
+        layouts = (TrunkLayout, ModuleLayout)
+        self.layout = sizes if isinstance(sizes, layouts) else TrunkLayout(tuple(sizes), layer_norm)
         self.quant = quant
         self.codec = quant.codec  # raises for an unresolved bits=auto
         self.rungs = (quant, *fallbacks)
         for rung in self.rungs:
-            rung.codec.check_layout(self.layout)
+            rung.codec.fits(self.layout, rung)
         self.head = head if head is not None else nn.Identity()
         # A sequence lock around the whole version (payload, head, normalizer): load_version
         # writes version_begin, then the rest, then version. A reader that reads version
@@ -131,7 +135,7 @@ class QuantizedNetwork(nn.Module):
         normalizer copied), with an all-zero payload. Works for any head, e.g. SAC's squashed
         Gaussian."""
         normalizer = input_normalizer(network)
-        return cls(TrunkLayout.from_trunk(network.trunk), quant, head=copy.deepcopy(network.head),
+        return cls(layout_of(network.trunk), quant, head=copy.deepcopy(network.head),
                    normalizer=copy.deepcopy(normalizer) if normalizer is not None else None, fallbacks=fallbacks)
 
     @classmethod
@@ -305,7 +309,8 @@ class QuantizedNetwork(nn.Module):
         # Kept out of nn.Module's registry: torch.ao packed weights are invisible to weight
         # sync anyway, and the synced structure must not depend on what was built. One
         # assignment, so a reader sees the old version or the new one, whole.
-        built = BuiltVersion(version, trunk, direct_calls(trunk), head, normalizer, policy_version)
+        run = direct_calls(trunk) if isinstance(self.layout, TrunkLayout) else trunk
+        built = BuiltVersion(version, trunk, run, head, normalizer, policy_version, event_dims(self.layout))
         object.__setattr__(self, "_built", built)
         return built
 
@@ -319,32 +324,28 @@ class QuantizedNetwork(nn.Module):
         return state
 
     def extra_repr(self) -> str:
+        if isinstance(self.layout, ModuleLayout):
+            return f"{self.quant.describe()}, {type(self.layout.architecture).__name__} trunk of {self.layout.input_shape}"
         activations = [layer.activation for layer in self.layout.layers]
         norms = [layer.norm for layer in self.layout.layers]
         return f"{self.quant.describe()}, sizes={self.layout.sizes}, norms={norms}, activations={activations}"
 
 
 def _output(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
-    """``head(trunk(normalize(obs)))`` of ``built`` for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
-    run, head, normalizer = built.run, built.head.forward, built.normalizer
-    if normalizer is not None:
-        observation = normalizer(observation)
-    if observation.dim() == 2:
-        return head(run(observation))
-    if observation.dim() == 1:  # quantized linear kernels need a batch dimension
-        return head(run(observation.unsqueeze(0))).squeeze(0)
-    flat = run(observation.reshape(-1, observation.shape[-1]))
-    return head(flat.reshape(*observation.shape[:-1], flat.shape[-1]))
+    """``head(trunk(normalize(obs)))`` of ``built`` for one observation or a batch of any shape."""
+    return built.head.forward(_features(built, observation))
 
 
 def _features(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
-    """``built``'s trunk output for ``[obs_dim]`` or ``[..., obs_dim]`` observations."""
+    """``built``'s trunk output for one observation or a batch of any shape (normalized
+    first, if the policy normalizes them); quantized kernels need one batch dimension."""
     if built.normalizer is not None:
         observation = built.normalizer(observation)
-    if observation.dim() == 2:
+    batch_shape = observation.shape[:observation.dim() - built.event_dims]
+    if len(batch_shape) == 1:
         return built.run(observation)
-    flat = built.run(observation.reshape(-1, observation.shape[-1]))
-    return flat.reshape(*observation.shape[:-1], flat.shape[-1])
+    flat = built.run(observation.reshape(-1, *observation.shape[len(batch_shape):]))
+    return flat.reshape(*batch_shape, flat.shape[-1])
 
 
 def _frozen_copy(module: nn.Module | None) -> nn.Module | None:

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from actorq.util.errors import ConfigError
-from actorq.quant.layout import Payload, TrunkLayout, input_normalizer
+from actorq.quant.layout import Payload, input_normalizer
+from actorq.quant.module_layout import layout_of
 from actorq.quant.spec import QuantSpec
 
 __all__ = ["Payload", "payload_nbytes", "quantize", "reference_module"]
@@ -35,7 +36,8 @@ def quantize(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | No
 
     Args:
         network: an fp32 policy with a ``trunk`` (an ``nn.Sequential`` of ``Linear ->
-            [LayerNorm] -> [activation]``, see :class:`~actorq.quant.layout.TrunkLayout`) and a
+            [LayerNorm] -> [activation]``, see :class:`~actorq.quant.layout.TrunkLayout`, or a
+            convolutional trunk, see :class:`~actorq.quant.module_layout.ModuleLayout`) and a
             ``head`` (kept fp32 and not part of the payload).
         spec: the precision; ``bits="auto"`` must be resolved first.
         calibration: recent observations ``[N, obs_dim]``, as the env gives them (a policy
@@ -45,9 +47,9 @@ def quantize(network: nn.Module, spec: QuantSpec, calibration: torch.Tensor | No
     Returns:
         The payload: a flat dict of plain tensors, detached copies of the learner's values.
     """
-    layout = TrunkLayout.from_trunk(network.trunk)
+    layout = layout_of(network.trunk)
     codec = spec.codec
-    codec.check_layout(layout)
+    codec.fits(layout, spec)
     if spec.needs_calibration and (calibration is None or len(calibration) == 0):
         raise ValueError(
             "static quantization with a learned observer needs calibration observations; "
@@ -64,8 +66,8 @@ def reference_module(
 
     Useful to check that actors compute exactly what the learner quantized.
     """
-    layout = TrunkLayout.from_trunk(network.trunk)
-    spec.codec.check_layout(layout)
+    layout = layout_of(network.trunk)
+    spec.codec.fits(layout, spec)
     with torch.no_grad():
         converted = spec.codec.reference(network.trunk, spec, trunk_inputs(network, calibration))
     if converted is None:

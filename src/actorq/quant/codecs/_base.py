@@ -14,6 +14,10 @@ from actorq.util.values import AUTO, is_int
 from actorq.util.errors import ConfigError
 from actorq.quant.codecs._parts import stored_weights
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
+from actorq.quant.module_layout import ModuleLayout
+
+Layout = TrunkLayout | ModuleLayout
+"""What a codec runs: an MLP trunk's layout, or any other trunk's (a convolutional one)."""
 
 if TYPE_CHECKING:
     from actorq.quant.spec import QuantSpec
@@ -40,6 +44,8 @@ class Codec:
             (``QuantSpec.is_full_precision``): nothing to compare it with, nothing to quantize.
         auto_candidate: ``quant.bits=auto`` times this codec and may pick it (see
             :func:`actorq.quant.auto.candidate_specs`).
+        runs_modules: it also runs trunks that are not MLPs (a convolutional policy's
+            :class:`~actorq.quant.module_layout.ModuleLayout`).
     """
 
     name: ClassVar[str]
@@ -51,6 +57,7 @@ class Codec:
     calibrated: ClassVar[bool] = False
     full_precision: ClassVar[bool] = False
     auto_candidate: ClassVar[bool] = False
+    runs_modules: ClassVar[bool] = False
 
     def serves(self, spec: QuantSpec) -> bool:
         """Whether this codec runs ``spec`` (its bits and mode)."""
@@ -60,8 +67,19 @@ class Codec:
         """The one-line ``ConfigError`` message when ``spec`` names this codec's bits but not its mode."""
         return f"quant.bits={spec.bits} ({self.name}) needs quant.mode={' or '.join(self.modes)}, got {spec.mode}"
 
+    def fits(self, layout: Layout, spec: QuantSpec | None = None) -> None:
+        """Raises ``ConfigError`` if this format cannot run ``layout``: a convolutional trunk
+        where the codec runs MLPs only, or what :meth:`check_layout` refuses."""
+        if isinstance(layout, ModuleLayout):
+            if not self.runs_modules:
+                what = spec.describe() if spec is not None else self.name
+                raise ConfigError(f"{what} has no kernels for a convolutional policy: use quant.bits=8 "
+                                  "quant.mode=static (int8) or quant.bits=32")
+            return
+        self.check_layout(layout)
+
     def check_layout(self, layout: TrunkLayout) -> None:
-        """Raises ``ConfigError`` naming the module if this format cannot run ``layout``."""
+        """Raises ``ConfigError`` naming the module if this format cannot run the MLP ``layout``."""
 
     def describe(self, spec: QuantSpec) -> str:
         """A short human-readable name, e.g. ``"int8 static per_channel"``."""

@@ -1,4 +1,5 @@
-"""``quant.bits=32``: the trunk unchanged; the payload is its parameters."""
+"""``quant.bits=32``: the trunk unchanged; the payload is its parameters (a convolutional
+trunk's whole state)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import float_payload, float_payload_spec, plain_trunk
+from actorq.quant.module_layout import ModuleLayout, plain_state, restored_state, state_payload_spec
 
 
 @register
@@ -15,15 +17,29 @@ class Fp32(Codec):
     bits_help = "32 (fp32)"
     full_precision = True
     auto_candidate = True  # the reference every other candidate must beat
+    runs_modules = True
 
     def describe(self, spec):
         return "fp32"
 
     def payload_spec(self, layout, spec):
+        if isinstance(layout, ModuleLayout):
+            return state_payload_spec(layout.architecture.state_dict())
         return float_payload_spec(layout, torch.float32)
 
     def encode(self, trunk, layout, spec, calibration):
+        if isinstance(layout, ModuleLayout):
+            return plain_state(trunk.state_dict())
         return float_payload(trunk, layout, torch.float32)
 
     def decode(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout):
+            module = layout.fresh()
+            module.load_state_dict(restored_state(module.state_dict(), payload))
+            return module
         return plain_trunk(layout, payload)
+
+    def dequantized_weights(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout):
+            return layout.weights(self.decode(layout, spec, payload))
+        return super().dequantized_weights(layout, spec, payload)

@@ -8,9 +8,16 @@ and the last, which stay fp32), whose int8 policies keep the fp32 policies' retu
 Runs ``Linear -> [LayerNorm] -> [ReLU]`` blocks: a ReLU right after a Linear is fused into it,
 a ReLU after a LayerNorm runs on the quantized tensor. Other activations have no int8 kernel
 here and are refused.
+
+A convolutional trunk (:class:`~actorq.quant.module_layout.ModuleLayout`) goes through
+torch.ao's FX graph mode instead (:func:`actorq.quant.conv.quantize_conv_policy`): per-channel
+int8 weights, conv+ReLU fused, int8 residual adds; its payload is the converted module's state
+as plain tensors, which the actors load into a module of the same structure.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch import nn
@@ -19,7 +26,10 @@ from actorq.util.errors import ConfigError
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
+from actorq.quant.conv import full_range_for, quantize_conv_policy
 from actorq.quant.layout import ACTIVATIONS, TrunkLayout
+from actorq.quant.module_layout import ModuleLayout, plain_state, quantized_weights, restored_state, \
+    state_payload_spec
 
 QPARAMS = {"scale": ((1,), torch.float32), "zero_point": ((1,), torch.int32)}
 
@@ -33,6 +43,7 @@ class Int8Static(Codec):
     implicit = False  # quant.bits=8 mode=static runs int8_static_fp32_ends
     int8_kernels = True
     calibrated = True
+    runs_modules = True
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
@@ -42,6 +53,8 @@ class Int8Static(Codec):
         check_static_blocks(layout, range(layout.num_layers))
 
     def payload_spec(self, layout, spec):
+        if isinstance(layout, ModuleLayout):
+            return state_payload_spec(_template(layout, spec).state_dict())
         self.check_layout(layout)
         out = prefixed("input_", QPARAMS)
         for k, layer in enumerate(layout.layers):
@@ -53,6 +66,8 @@ class Int8Static(Codec):
         return out
 
     def encode(self, trunk, layout, spec, calibration):
+        if isinstance(layout, ModuleLayout):
+            return plain_state(self.reference(trunk, spec, calibration).state_dict())
         self.check_layout(layout)
         observed = _ao.calibrate_static(trunk, calibration, spec)
         payload = prefixed("input_", _ao.observed_qparams(observed.quant))
@@ -65,7 +80,16 @@ class Int8Static(Codec):
 
     def decode(self, layout, spec, payload):
         with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
+            if isinstance(layout, ModuleLayout):
+                module = copy.deepcopy(_template(layout, spec))
+                module.load_state_dict(restored_state(module.state_dict(), payload))
+                return module
             return self._decode(layout, spec, payload)
+
+    def dequantized_weights(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout):
+            return quantized_weights(_template(layout, spec).state_dict(), payload)
+        return super().dequantized_weights(layout, spec, payload)
 
     def _decode(self, layout, spec, payload):
         input_qparams = float(payload["input_scale"]), int(payload["input_zero_point"])
@@ -87,7 +111,23 @@ class Int8Static(Codec):
         return nn.Sequential(*modules)
 
     def reference(self, trunk, spec, calibration):
-        return _ao.convert_static(trunk, calibration, spec)
+        if isinstance(trunk, nn.Sequential) and not _convolutional(trunk):
+            return _ao.convert_static(trunk, calibration, spec)
+        return quantize_conv_policy(trunk, calibration, _engine(spec))
+
+
+def _engine(spec) -> str:
+    return spec.engine or _ao.DEFAULT_ENGINE
+
+
+def _template(layout: ModuleLayout, spec) -> nn.Module:
+    """The converted module a convolutional payload is loaded into, for ``spec``'s engine."""
+    engine = _engine(spec)
+    return layout.int8_template(engine, full_range_for(engine))
+
+
+def _convolutional(trunk: nn.Module) -> bool:
+    return any(isinstance(module, nn.Conv2d) for module in trunk.modules())
 
 
 def check_static_blocks(layout: TrunkLayout, layers: range) -> None:

@@ -21,6 +21,10 @@ the full 8 bits, since it feeds an fp32 ``Linear`` rather than an int8 kernel. A
 or two ``Linear`` layers has nothing between its ends and runs in fp32.
 
 ``quant.format=int8_static`` selects the previous recipe (every layer in int8).
+
+A convolutional trunk runs as :mod:`~actorq.quant.codecs.int8_static` runs it, every layer in
+int8: its input, uint8 frames scaled by 1/255, quantizes without error, and its first
+convolution is a large share of its time.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import FLOAT32, float_layer, float_layer_spec, layer_modules, plain_linear
 from actorq.quant.codecs.int8_static import Int8Static, check_static_blocks
 from actorq.quant.layout import TrunkLayout
+from actorq.quant.module_layout import ModuleLayout
 
 # The layers between the ends are an int8 static trunk of their own, run by that codec; its
 # layer j is layer j + 1 of the whole trunk.
@@ -53,7 +58,8 @@ class Int8StaticFp32Ends(Codec):
     int8_kernels = True
     calibrated = True
     auto_candidate = True
-    middle: Codec = _INT8_STATIC  # the codec of the layers between the ends
+    runs_modules = True
+    middle: Codec = _INT8_STATIC  # the codec of the layers between the ends (and of a convolutional trunk)
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
@@ -63,6 +69,8 @@ class Int8StaticFp32Ends(Codec):
         check_static_blocks(layout, range(1, layout.num_layers - 1))
 
     def payload_spec(self, layout, spec):
+        if isinstance(layout, ModuleLayout):
+            return self.middle.payload_spec(layout, spec)
         last = layout.num_layers - 1
         out = float_layer_spec(layout, 0, FLOAT32)
         if _has_middle(layout):
@@ -72,6 +80,8 @@ class Int8StaticFp32Ends(Codec):
         return out
 
     def encode(self, trunk, layout, spec, calibration):
+        if isinstance(layout, ModuleLayout):
+            return self.middle.encode(trunk, layout, spec, calibration)
         last = layout.num_layers - 1
         payload = float_layer(trunk, layout, 0, FLOAT32)
         if _has_middle(layout):
@@ -82,6 +92,8 @@ class Int8StaticFp32Ends(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout):
+            return self.middle.decode(layout, spec, payload)
         last = layout.num_layers - 1
         modules = _plain_layer(layout, payload, 0)
         if _has_middle(layout):
@@ -91,7 +103,14 @@ class Int8StaticFp32Ends(Codec):
             modules.extend(_plain_layer(layout, payload, last))
         return nn.Sequential(*modules)
 
+    def dequantized_weights(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout):
+            return self.middle.dequantized_weights(layout, spec, payload)
+        return super().dequantized_weights(layout, spec, payload)
+
     def reference(self, trunk, spec, calibration):
+        if any(isinstance(module, nn.Conv2d) for module in trunk.modules()):
+            return self.middle.reference(trunk, spec, calibration)
         layout = TrunkLayout.from_trunk(trunk)
         if not _has_middle(layout):
             return copy.deepcopy(trunk)
