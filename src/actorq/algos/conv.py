@@ -25,8 +25,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from actorq.util.errors import ConfigError
+
 PIXEL_SCALE = 1.0 / 255.0
 """What a uint8 pixel is multiplied by on its way into a trunk."""
+FRAME_SIZE = 84
+"""The height and width of the frames the trunks take (the Atari preprocessing's)."""
 
 
 class NatureCNN(nn.Module):
@@ -47,6 +51,7 @@ class NatureCNN(nn.Module):
         )
         self.linear = nn.Sequential(nn.Linear(64 * 7 * 7, features), nn.ReLU())
         self.features = features
+        self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         return self.linear(self.convs(frames.float() * PIXEL_SCALE))
@@ -77,7 +82,7 @@ class ImpalaCNN(nn.Module):
 
     def __init__(self, in_channels: int, channels: Sequence[int] = (16, 32, 32), features: int = 256):
         super().__init__()
-        stages, size, previous = [], 84, in_channels
+        stages, size, previous = [], FRAME_SIZE, in_channels
         for width in channels:
             stages += [nn.Conv2d(previous, width, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
                        ResidualBlock(width), ResidualBlock(width)]
@@ -85,6 +90,7 @@ class ImpalaCNN(nn.Module):
         self.convs = nn.Sequential(*stages, nn.ReLU(), nn.Flatten())
         self.linear = nn.Sequential(nn.Linear(previous * size * size, features), nn.ReLU())
         self.features = features
+        self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         return self.linear(self.convs(frames.float() * PIXEL_SCALE))
@@ -92,6 +98,19 @@ class ImpalaCNN(nn.Module):
 
 TRUNKS = {"nature": NatureCNN, "impala": ImpalaCNN}
 """The convolutional trunks by the name a config gives them."""
+
+
+def make_trunk(name: str, frame_shape: tuple[int, ...]) -> NatureCNN | ImpalaCNN:
+    """The trunk ``name`` (:data:`TRUNKS`) for frames of ``frame_shape`` ``(channels, 84, 84)``.
+
+    Raises:
+        ConfigError: an unknown trunk, or frames of another size.
+    """
+    if name not in TRUNKS:
+        raise ConfigError(f"unknown convolutional trunk {name!r}; choose from {', '.join(TRUNKS)}")
+    if tuple(frame_shape[1:]) != (FRAME_SIZE, FRAME_SIZE):
+        raise ConfigError(f"the convolutional trunks take {FRAME_SIZE}x{FRAME_SIZE} frames, got {tuple(frame_shape)}")
+    return TRUNKS[name](frame_shape[0])
 
 
 class PixelPolicy(nn.Module):
@@ -111,9 +130,7 @@ class PixelPolicy(nn.Module):
 
     def __init__(self, trunk: str, in_channels: int, num_actions: int):
         super().__init__()
-        if trunk not in TRUNKS:
-            raise ValueError(f"unknown convolutional trunk {trunk!r}; choose from {', '.join(TRUNKS)}")
-        self.trunk = TRUNKS[trunk](in_channels)
+        self.trunk = make_trunk(trunk, (in_channels, FRAME_SIZE, FRAME_SIZE))
         self.head = nn.Linear(self.trunk.features, num_actions)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:

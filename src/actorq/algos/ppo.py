@@ -40,7 +40,15 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from actorq.algos.base import adam, check_positive
-from actorq.algos.networks import CategoricalPolicy, GaussianPolicy, ObservationNormalizer, mlp
+from actorq.algos.conv import make_trunk
+from actorq.algos.networks import (
+    CategoricalHead,
+    CategoricalPolicy,
+    GaussianPolicy,
+    ObservationNormalizer,
+    StochasticPolicy,
+    mlp,
+)
 from actorq.algos.on_policy import (
     OnPolicyLearner,
     RewardScaler,
@@ -50,11 +58,13 @@ from actorq.algos.on_policy import (
     vtrace,
 )
 from actorq.envs import EnvSpec
+from actorq.util.errors import ConfigError
 
 
 class PPO(OnPolicyLearner):
     """Proximal policy optimization for discrete (categorical) and continuous (Gaussian,
-    state-independent log-std) actions, with separate policy and value networks.
+    state-independent log-std) actions, with separate policy and value networks, or for
+    frames one convolutional trunk under a policy head and a value head.
 
     Args:
         spec: the environment spec.
@@ -81,6 +91,9 @@ class PPO(OnPolicyLearner):
         scale_rewards: divide rewards by the running standard deviation of the discounted
             return (:class:`~actorq.algos.on_policy.RewardScaler`).
         importance_weight_cap: ``C``, where ``pi_prox / mu`` is truncated.
+        pixel_trunk: for an env that shows frames, the convolutional trunk the policy and the
+            value share (CleanRL's ``ppo_atari``): ``"nature"`` or ``"impala"``
+            (:mod:`actorq.algos.conv`); ``hidden`` and ``value_hidden`` are then unused.
         gamma, final_lr_fraction, max_policy_lag: see
             :class:`~actorq.algos.on_policy.OnPolicyLearner`.
     """
@@ -108,6 +121,7 @@ class PPO(OnPolicyLearner):
         normalize_observations: bool = False,
         scale_rewards: bool = False,
         importance_weight_cap: float = 1.0,
+        pixel_trunk: str = "nature",
         **kwargs,
     ):
         super().__init__(spec, **kwargs)
@@ -117,9 +131,13 @@ class PPO(OnPolicyLearner):
         if not 0 <= gae_lambda <= 1 or not 0 <= clip_range_final_fraction <= 1:
             raise ValueError("gae_lambda and clip_range_final_fraction must be in [0, 1], "
                              f"got {gae_lambda} and {clip_range_final_fraction}")
-        self.policy = (CategoricalPolicy(spec, hidden, normalize_observations) if spec.discrete
-                       else GaussianPolicy(spec, hidden, log_std_init, normalize_observations))
-        self.value = mlp(spec.obs_dim, hidden if value_hidden is None else value_hidden, 1)
+        self.shared_trunk = spec.pixels
+        if spec.pixels:
+            self.policy, self.value = pixel_actor_critic(spec, pixel_trunk, normalize_observations)
+        else:
+            self.policy = (CategoricalPolicy(spec, hidden, normalize_observations) if spec.discrete
+                           else GaussianPolicy(spec, hidden, log_std_init, normalize_observations))
+            self.value = mlp(spec.obs_dim, hidden if value_hidden is None else value_hidden, 1)
         if orthogonal_init:
             orthogonal_(self.policy.trunk, output_gain=0.01)
             orthogonal_(self.value, output_gain=1.0)
@@ -137,7 +155,8 @@ class PPO(OnPolicyLearner):
         return self.policy
 
     def make_optimizers(self) -> list[torch.optim.Optimizer]:
-        return [adam([*self.policy.parameters(), *self.value.parameters()], lr=self.lr, eps=self.adam_eps)]
+        parameters = dict.fromkeys([*self.policy.parameters(), *self.value.parameters()])  # a shared trunk once
+        return [adam(list(parameters), lr=self.lr, eps=self.adam_eps)]
 
     def minibatches_per_epoch(self, steps: int) -> int:
         return math.ceil(steps / self.minibatch_size)
@@ -177,9 +196,9 @@ class PPO(OnPolicyLearner):
         logged terms (:func:`~actorq.algos.on_policy.behaviour_correction`)."""
         step = rollout_fields(rollout)
         observation = self.policy.normalizer(step["observation"])
-        value = self.value(observation).squeeze(-1)
-        next_value = self.value(self.policy.normalizer(step["next_observation"])).squeeze(-1)
-        prox_log_prob = self.policy.head.log_prob(self.policy.trunk(observation), step["action"])
+        features, value = self.features_and_value(observation)
+        next_value = self.features_and_value(self.policy.normalizer(step["next_observation"]))[1]
+        prox_log_prob = self.policy.head.log_prob(features, step["action"])
         reward = (step["reward"] if self.reward_scaler is None
                   else self.reward_scaler(step["reward"], step["done"], step["worker"], step["segment"]))
         ends = step["terminated"], step["done"]
@@ -191,7 +210,7 @@ class PPO(OnPolicyLearner):
             returns = advantage + value
         correction = behaviour_correction(prox_log_prob, step["log_prob"], self.importance_weight_cap)
         steps = {
-            "observation": observation.reshape(-1, observation.shape[-1]),
+            "observation": observation.reshape(-1, *self.spec.observation_shape),
             "action": step["action"].reshape(-1, *step["action"].shape[2:]),
             "prox_log_prob": prox_log_prob.reshape(-1),
             "advantage": advantage.reshape(-1),
@@ -199,6 +218,14 @@ class PPO(OnPolicyLearner):
             "weight": correction.pop("weight").reshape(-1),
         }
         return steps, correction
+
+    def features_and_value(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the policy's head reads for each (normalized) observation, and its value; a
+        shared trunk runs once for both."""
+        if self.shared_trunk:
+            hidden = self.policy.trunk[0](observation)
+            return self.policy.trunk[1](hidden), self.value[1](hidden).squeeze(-1)
+        return self.policy.trunk(observation), self.value(observation).squeeze(-1)
 
     def _epochs(self, steps: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
         """``epochs`` passes over the rollout in shuffled minibatches; the losses' means, and
@@ -226,7 +253,7 @@ class PPO(OnPolicyLearner):
 
     def _loss(self, batch: dict[str, torch.Tensor], clip: float) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """The decoupled clipped surrogate, the value loss and the entropy bonus of one minibatch."""
-        features = self.policy.trunk(batch["observation"])
+        features, value = self.features_and_value(batch["observation"])
         log_prob = self.policy.head.log_prob(features, batch["action"])
         ratio = (log_prob - batch["prox_log_prob"]).exp()
         advantage = batch["advantage"]
@@ -234,7 +261,7 @@ class PPO(OnPolicyLearner):
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         surrogate = torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
         loss_policy = -(batch["weight"] * surrogate).mean()
-        loss_value = (batch["return"] - self.value(batch["observation"]).squeeze(-1)).pow(2).mean()
+        loss_value = (batch["return"] - value).pow(2).mean()
         entropy = self.policy.head.entropy(features).mean()
         loss = loss_policy + self.value_coef * loss_value - self.entropy_coef * entropy
         terms = {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(), "entropy": entropy.detach()}
@@ -278,10 +305,30 @@ def is_maximum(name: str) -> bool:
     return name.endswith("_max") or name.startswith("policy_lag")
 
 
+def pixel_actor_critic(spec: EnvSpec, trunk: str, normalize_observations: bool) -> tuple[StochasticPolicy, nn.Sequential]:
+    """A policy and a value network for frames that share one convolutional trunk: the
+    policy is ``trunk -> Linear(actions)`` under a categorical head, the value
+    ``trunk -> Linear(1)`` (CleanRL's ``ppo_atari``).
+
+    Raises:
+        ConfigError: continuous actions, or observation normalization (frames are scaled
+            inside the trunk).
+    """
+    if not spec.discrete:
+        raise ConfigError("PPO on frames needs discrete actions (the convolutional policy is categorical)")
+    if normalize_observations:
+        raise ConfigError("algo.normalize_observations=true is for vector observations; the convolutional "
+                          "trunks scale frames themselves")
+    shared = make_trunk(trunk, spec.frame_shape)
+    policy = StochasticPolicy(nn.Sequential(shared, nn.Linear(shared.features, spec.num_actions)), CategoricalHead())
+    return policy, nn.Sequential(shared, nn.Linear(shared.features, 1))
+
+
 def orthogonal_(network: nn.Sequential, output_gain: float) -> None:
-    """Orthogonal weights with gain sqrt(2) for hidden layers and ``output_gain`` for the last
-    ``Linear``, zero biases (the initialisation of the PPO paper's implementation)."""
-    linears = [module for module in network if isinstance(module, nn.Linear)]
+    """Orthogonal weights with gain sqrt(2) for hidden layers (convolutions included) and
+    ``output_gain`` for the last ``Linear``, zero biases (the initialisation of the PPO
+    paper's implementation and CleanRL's)."""
+    linears = [module for module in network.modules() if isinstance(module, (nn.Linear, nn.Conv2d))]
     for index, linear in enumerate(linears):
         nn.init.orthogonal_(linear.weight, gain=output_gain if index == len(linears) - 1 else math.sqrt(2))
         nn.init.zeros_(linear.bias)

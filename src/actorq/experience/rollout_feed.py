@@ -66,8 +66,9 @@ class RolloutFeed:
 
 
 def _flat_observations(batch: TensorDictBase) -> torch.Tensor:
+    """The batch's observations as one row each: ``[steps, *observation_shape]``."""
     observations = batch["observation"]
-    return observations.reshape(-1, observations.shape[-1])
+    return observations.reshape(-1, *observations.shape[batch.ndim:])
 
 
 def _without_replacement(observations: torch.Tensor, count: int) -> torch.Tensor:

@@ -24,6 +24,7 @@ class Int8DynamicFp32Ends(Int8StaticFp32Ends):
     modes = Int8Dynamic.modes
     calibrated = False
     auto_candidate = False  # bits=auto times int8_dynamic, as fast; this one is as faithful as static
+    runs_modules = False  # convolutions have no dynamic int8 kernels
     middle = Int8Dynamic()
 
     def check_layout(self, layout):

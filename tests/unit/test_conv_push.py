@@ -1,0 +1,83 @@
+"""Convolutional policies through the push: the codecs' payloads of a conv trunk, the actors'
+copy rebuilt from them, and PPO's shared-trunk actor-critic for frames."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from actorq.algos.ppo import PPO
+from actorq.envs import EnvSpec
+from actorq.quant import QuantizedNetwork, QuantSpec, quantize
+from actorq.quant.conv import quantize_conv_policy
+from actorq.quant.quantize import payload_nbytes
+from actorq.util.errors import ConfigError
+
+FRAMES = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+INT8 = QuantSpec(bits=8, mode="static")
+
+
+def _frames(count: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (count, 4, 84, 84), dtype=torch.uint8, generator=generator)
+
+
+@pytest.fixture(scope="module", params=["nature", "impala"])
+def policy(request) -> nn.Module:
+    torch.manual_seed(0)
+    return PPO(FRAMES, pixel_trunk=request.param).policy.eval()
+
+
+def test_the_int8_payload_runs_exactly_what_torch_ao_converts(policy):
+    calibration, frames = _frames(16), _frames(4, seed=1)
+    actors = QuantizedNetwork.from_network(policy, INT8, calibration)
+    converted = quantize_conv_policy(policy.trunk, calibration)
+    assert torch.equal(actors.features(frames), converted(frames))
+    copied = pickle.loads(pickle.dumps(actors))  # what a worker process receives, rebuilt there
+    assert torch.equal(copied.features(frames), converted(frames))
+    with torch.no_grad():
+        assert (actors(frames) - policy(frames)).abs().max() < 0.05 * policy(frames).abs().max() + 1e-3
+
+
+def test_the_int8_payload_is_plain_tensors_a_quarter_of_fp32s_bytes(policy):
+    calibration = _frames(32)
+    int8, fp32 = quantize(policy, INT8, calibration[:8]), quantize(policy, QuantSpec(bits=32))
+    assert all(not tensor.is_quantized for tensor in int8.values())
+    assert {tensor.dtype for tensor in int8.values()} >= {torch.int8, torch.float32}
+    assert 3.5 < payload_nbytes(fp32) / payload_nbytes(int8) < 4.1
+
+
+def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
+    template = QuantizedNetwork.template_for(policy, INT8)
+    frames, calibration = _frames(4, seed=2), _frames(16)
+    before = template.features(frames).clone()
+    template.load_payload(quantize(policy, INT8, calibration))
+    assert not torch.equal(template.features(frames), before)
+    assert torch.equal(template.features(frames), quantize_conv_policy(policy.trunk, calibration)(frames))
+
+
+def test_formats_without_conv_kernels_are_refused_in_one_line(policy):
+    for spec in (QuantSpec(bits=8, mode="dynamic"), QuantSpec(bits=16)):
+        with pytest.raises(ConfigError, match="no kernels for a convolutional policy: use quant.bits=8 quant.mode=static"):
+            QuantizedNetwork.template_for(policy, spec)
+
+
+def test_ppo_on_frames_shares_one_trunk_between_policy_and_value_and_optimizes_it_once():
+    ppo = PPO(FRAMES, pixel_trunk="nature")
+    assert ppo.policy.trunk[0] is ppo.value[0]
+    (optimizer,) = ppo.make_optimizers()
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    assert len(parameters) == len({id(p) for p in parameters}) == len(dict.fromkeys([*ppo.policy.parameters(),
+                                                                                      *ppo.value.parameters()]))
+    frames = _frames(5)
+    features, value = ppo.features_and_value(frames)
+    with torch.no_grad():
+        assert torch.allclose(features, ppo.policy.trunk(frames)) and torch.allclose(value, ppo.value(frames).squeeze(-1))
+    with pytest.raises(ConfigError, match="discrete actions"):
+        PPO(EnvSpec(obs_dim=4 * 84 * 84, discrete=False, action_dim=1, action_low=(-1.0,), action_high=(1.0,),
+                    frame_shape=(4, 84, 84)))
+    with pytest.raises(ConfigError, match="unknown convolutional trunk 'resnet'"):
+        PPO(FRAMES, pixel_trunk="resnet")
