@@ -3,6 +3,7 @@ copy rebuilt from them, and PPO's shared-trunk actor-critic for frames."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import pytest
@@ -31,15 +32,28 @@ def policy(request) -> nn.Module:
     return PPO(FRAMES, pixel_trunk=request.param).policy.eval()
 
 
+def _trained(policy: nn.Module) -> nn.Module:
+    """``policy`` with other weights (as after learner updates): the actors' copy was shaped
+    from the old ones."""
+    changed = copy.deepcopy(policy)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in changed.parameters():
+            parameter.mul_(1 + 0.5 * torch.rand(parameter.shape, generator=generator))
+    return changed
+
+
 def test_the_int8_payload_runs_exactly_what_torch_ao_converts(policy):
     calibration, frames = _frames(16), _frames(4, seed=1)
-    actors = QuantizedNetwork.from_network(policy, INT8, calibration)
-    converted = quantize_conv_policy(policy.trunk, calibration)
+    actors = QuantizedNetwork.template_for(policy, INT8)
+    learner = _trained(policy)
+    actors.load_payload(quantize(learner, INT8, calibration))
+    converted = quantize_conv_policy(learner.trunk, calibration)
     assert torch.equal(actors.features(frames), converted(frames))
     copied = pickle.loads(pickle.dumps(actors))  # what a worker process receives, rebuilt there
     assert torch.equal(copied.features(frames), converted(frames))
     with torch.no_grad():
-        assert (actors(frames) - policy(frames)).abs().max() < 0.05 * policy(frames).abs().max() + 1e-3
+        assert (actors(frames) - learner(frames)).abs().max() < 0.05 * learner(frames).abs().max() + 1e-3
 
 
 def test_the_int8_payload_is_plain_tensors_a_quarter_of_fp32s_bytes(policy):
@@ -51,12 +65,13 @@ def test_the_int8_payload_is_plain_tensors_a_quarter_of_fp32s_bytes(policy):
 
 
 def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
-    template = QuantizedNetwork.template_for(policy, INT8)
     frames, calibration = _frames(4, seed=2), _frames(16)
-    before = template.features(frames).clone()
-    template.load_payload(quantize(policy, INT8, calibration))
-    assert not torch.equal(template.features(frames), before)
-    assert torch.equal(template.features(frames), quantize_conv_policy(policy.trunk, calibration)(frames))
+    actors = QuantizedNetwork.from_network(policy, INT8, calibration)
+    before = actors.features(frames).clone()
+    learner = _trained(policy)
+    actors.load_payload(quantize(learner, INT8, calibration))
+    assert not torch.equal(actors.features(frames), before)
+    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration)(frames))
 
 
 def test_formats_without_conv_kernels_are_refused_in_one_line(policy):
