@@ -111,7 +111,7 @@ def test_make_env_checks_what_a_suite_makes(register):
     register(suite_class("raw", ["pendulum-raw"], make_float64))
     with pytest.raises(TypeError, match="'bare' made 'pendulum-bare' with no \"episode_reward\""):
         make_env("pendulum-bare", library="bare")
-    with pytest.raises(TypeError, match="torch.float64.*not a flat float32 vector.*the reward is torch.float64"):
+    with pytest.raises(TypeError, match="torch.float64.*neither a flat float32 vector nor uint8 frames.*the reward is torch.float64"):
         make_env("pendulum-raw", library="raw")
 
 

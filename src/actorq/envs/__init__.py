@@ -28,9 +28,11 @@ from actorq.envs.spec import OBSERVATION, EnvSpec, random_observations, rollout_
 # The built-in suites register themselves on import.
 from actorq.envs.dm_control import DMControlSuite, dm_control_tasks  # noqa: E402  isort: skip
 from actorq.envs.gymnasium import GymnasiumSuite, gym_ids  # noqa: E402  isort: skip
+from actorq.envs.atari import AtariSuite  # noqa: E402  isort: skip
 
 __all__ = [
     "OBSERVATION",
+    "AtariSuite",
     "DMControlSuite",
     "EnvSpec",
     "EnvSuite",

@@ -9,6 +9,9 @@ sign. Sticky actions are off (``repeat_action_probability=0``, as those two use 
 ``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 games' 0.25. Evaluation plays whole
 games and reports the raw score.
 
+The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROMs:
+``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path.
+
 Needs the ``atari`` extra (``pip install -e ".[atari]"``): ale-py's wheels ship the ROMs.
 
 Example:
@@ -17,12 +20,20 @@ Example:
     >>> frames.shape, frames.dtype, int(env.single_action_space.n)
     ((2, 4, 84, 84), dtype('uint8'), 4)
     >>> env.close()
+    >>> raw = AtariSuite().make_raw("breakout", 2)
+    >>> raw.obs_shape, raw.obs_dtype, raw.num_actions
+    ((4, 84, 84), dtype('uint8'), 4)
+    >>> raw.close()
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from actorq.envs.raw import RawEnvs
+from actorq.envs.registry import EnvSuite, register_suite
 from actorq.util.errors import ConfigError
 
 TRAINING = {"noop_max": 30, "frameskip": 4, "maxpool": True, "img_height": 84, "img_width": 84,
@@ -36,11 +47,43 @@ EVALUATION = {**TRAINING, "episodic_life": False, "reward_clipping": False}
 STICKY_ACTION_PROBABILITY = 0.25
 """The v5 games' ``repeat_action_probability``, with ``sticky=True``."""
 
+MAX_EPISODE_FRAMES = 108_000
+"""Emulator frames before an episode is truncated (27,000 steps of 4 frames: 30 minutes)."""
+
+_SEEDS = 2**31 - 1  # ale-py takes non-negative int32 seeds
+
+
+def _vector_env_class() -> Any:
+    """ale-py's ``AtariVectorEnv``, or a :class:`ConfigError` with the install hint."""
+    try:
+        from ale_py.vector_env import AtariVectorEnv
+    except ImportError as error:
+        raise ConfigError('Atari needs ale-py: pip install -e ".[atari]"') from error
+    return AtariVectorEnv
+
+
+def rom_ids() -> list[str]:
+    """ale-py's games (``"breakout"``, ``"pong"``, ...); empty without ale-py."""
+    try:
+        from ale_py import roms
+    except ImportError:
+        return []
+    return list(roms.get_all_rom_ids())
+
+
+def _check_game(game: str) -> None:
+    known = rom_ids()
+    if game not in known:
+        raise ConfigError(f"unknown Atari game {game!r}; ale-py has {len(known)}, e.g. breakout, pong")
+
 
 def make_atari(game: str, num_envs: int, seed: int | None = None, training: bool = True, sticky: bool = False,
                num_threads: int = 1) -> Any:
     """ale-py's ``AtariVectorEnv`` for ``game`` (a ROM name: ``"breakout"``, ``"pong"``) with
     :data:`TRAINING` or :data:`EVALUATION` preprocessing.
+
+    ale-py's own ``episodic_life`` restarts the whole game after a lost life (at the next
+    step, its autoreset); :class:`AtariEnvs` keeps the game going instead.
 
     Args:
         game: the ROM, lower case as ale-py names it.
@@ -50,17 +93,148 @@ def make_atari(game: str, num_envs: int, seed: int | None = None, training: bool
         sticky: repeat the previous action with probability 0.25 (v5), else never.
         num_threads: the env's C++ threads (1 for an actor pinned to one core).
     """
-    try:
-        from ale_py import roms
-        from ale_py.vector_env import AtariVectorEnv
-    except ImportError as error:
-        raise ConfigError('Atari needs ale-py: pip install -e ".[atari]"') from error
-    known = roms.get_all_rom_ids()
-    if game not in known:
-        raise ConfigError(f"unknown Atari game {game!r}; ale-py has {len(known)}, e.g. breakout, pong")
+    vector_env = _vector_env_class()
+    _check_game(game)
     options = TRAINING if training else EVALUATION
-    env = AtariVectorEnv(game, num_envs, num_threads=num_threads,
-                         repeat_action_probability=STICKY_ACTION_PROBABILITY if sticky else 0.0, **options)
+    env = vector_env(game, num_envs, num_threads=num_threads,
+                     repeat_action_probability=STICKY_ACTION_PROBABILITY if sticky else 0.0, **options)
     if seed is not None:
         env.reset(seed=seed)
     return env
+
+
+class AtariEnvs(RawEnvs):
+    """``n`` Atari emulators in one ale-py ``AtariVectorEnv`` (one C++ thread), as raw envs.
+
+    Observations are the stacked frames ``[4, 84, 84]`` uint8, zeros before an episode's
+    first frame; actions are indices into the game's minimal action set.
+
+    An episode that ends with the game (game over, or :data:`MAX_EPISODE_FRAMES`) restarts
+    inside the step that ended it (ale-py's ``SameStep`` autoreset): the step reports the final
+    observation and :meth:`reset` hands out the new game's first one, so the step after it is
+    the new game's first. A life lost in training (``evaluation=False``) ends the learner's
+    episode but not the game: :meth:`reset` starts the next episode from the same screen (its
+    newest frame, zeros before it) and the game goes on with one life less, as SB3's
+    ``EpisodicLifeEnv`` (without its extra no-op and FIRE steps: FIRE is the policy's to press).
+
+    Args:
+        game: the ROM, lower case as ale-py names it (``"breakout"``).
+        n: emulators.
+        evaluation: :data:`EVALUATION` preprocessing (whole games, raw scores), else :data:`TRAINING`.
+        sticky: repeat the previous action with probability 0.25 (the v5 games), else never.
+        noop_max: overrides the preset's random no-ops at a game's start (0: none).
+        fire_reset: overrides whether a game starts with FIRE where the game has it.
+        max_episode_frames: emulator frames before an episode is truncated.
+    """
+
+    discrete = True
+    obs_dtype = np.dtype(np.uint8)
+
+    def __init__(self, game: str, n: int, evaluation: bool = False, sticky: bool = False,
+                 noop_max: int | None = None, fire_reset: bool | None = None,
+                 max_episode_frames: int = MAX_EPISODE_FRAMES):
+        vector_env = _vector_env_class()
+        _check_game(game)
+        preset = EVALUATION if evaluation else TRAINING
+        options = {**preset, "episodic_life": False, "life_loss_info": preset["episodic_life"]}
+        if noop_max is not None:
+            options["noop_max"] = noop_max
+        if fire_reset is not None:
+            options["use_fire_reset"] = fire_reset
+        self.n = n
+        self.evaluation = evaluation
+        self.env = vector_env(game, n, num_threads=1, autoreset_mode="SameStep",
+                              max_num_frames_per_episode=max_episode_frames,
+                              repeat_action_probability=STICKY_ACTION_PROBABILITY if sticky else 0.0, **options)
+        self.envs = (self.env,)  # what LeanBatchedEnv.close closes
+        self.num_actions = int(self.env.single_action_space.n)
+        self._shape = tuple(self.env.single_observation_space.shape)
+        self.obs_dim = int(np.prod(self._shape))
+        obs, info = self.env.reset()  # ale-py restarts single envs only after restarting all
+        self._first = obs.copy()  # each env's next episode's first observation...
+        self._fresh = np.ones(n, dtype=bool)  # ...while it has not been handed out by reset()
+        self._age = np.ones(n, dtype=np.int64)  # frames of the current episode in the stack
+        self.lives = info["lives"].astype(np.int64)
+        """Each env's lives left, as the game counts them."""
+        self._offset = _frame_offset(info)
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """``(4, 84, 84)``: the stacked frames, oldest first."""
+        return self._shape
+
+    def step(self, actions, obs, reward, terminated, truncated) -> None:
+        frames, r, term, trunc, info = self.env.step(np.asarray(actions, dtype=np.int64).reshape(self.n))
+        offset = _frame_offset(info)
+        restarted = offset != self._offset  # the game ended and ale-py restarted it in this step
+        self.lives[:], self._offset = info["lives"], offset
+        obs[:] = frames
+        if restarted.any():
+            obs[restarted] = info["final_obs"][restarted]
+        reward[:, 0], terminated[:, 0], truncated[:, 0] = r, term, trunc
+        self._age = np.minimum(self._age + 1, self._shape[0])
+        self._blank_before_episode(obs)
+        self._keep_first(frames, term | trunc, restarted)
+
+    def _keep_first(self, frames: np.ndarray, ended: np.ndarray, restarted: np.ndarray) -> None:
+        """The first observations of the episodes after those that ended, for :meth:`reset`."""
+        self._fresh = ended
+        self._first[restarted] = frames[restarted]  # the new game's, from ale-py's restart
+        for i in np.flatnonzero(ended & ~restarted):  # a lost life: the same game goes on
+            self._first[i] = 0
+            self._first[i, -1] = frames[i, -1]
+
+    def _blank_before_episode(self, obs: np.ndarray) -> None:
+        """Zeros the frames before each episode's first (ale-py's stack goes on over a lost life)."""
+        for i in np.flatnonzero(self._age < self._shape[0]):
+            obs[i, : self._shape[0] - self._age[i]] = 0
+
+    def reset(self, index, obs) -> None:
+        if not self._fresh[index]:
+            self._restart(index)
+        obs[:] = self._first[index]
+        self._fresh[index] = False
+        self._age[index] = 1
+
+    def seed(self, index, seed) -> None:
+        """Restarts env ``index``'s game from ``seed``: its next episode is that seed's."""
+        self._restart(index, seed)
+
+    def _restart(self, index: int, seed: int | None = None) -> None:
+        """A new game for env ``index`` (ale-py's partial reset), its first observation kept."""
+        mask = np.zeros(self.n, dtype=bool)
+        mask[index] = True
+        seeds = None if seed is None else np.array([seed % _SEEDS])
+        frames, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
+        self._first[index] = frames[index]
+        self._fresh[index] = True
+        self.lives[index] = info["lives"][index]
+        self._offset[index] = _frame_offset(info)[index]
+
+    def close(self) -> None:
+        """Stops the emulators' thread."""
+        self.env.close()
+
+
+def _frame_offset(info: dict[str, np.ndarray]) -> np.ndarray:
+    """Each env's emulator frames before its game's: constant during a game, so a change says
+    the game restarted."""
+    return info["frame_number"].astype(np.int64) - info["episode_frame_number"]
+
+
+@register_suite
+class AtariSuite(EnvSuite):
+    """Atari games by ale-py's ROM names (``"breakout"``, ``"pong"``) as :class:`AtariEnvs`:
+    :data:`TRAINING` preprocessing, and :data:`EVALUATION` (whole games, raw scores) for
+    evaluation. Without ale-py the suite knows no games."""
+
+    name = "atari"
+
+    def names(self) -> list[str]:
+        return rom_ids()
+
+    def make_raw(self, env_name: str, num_envs: int) -> AtariEnvs:
+        return AtariEnvs(env_name, num_envs)
+
+    def make_raw_for_evaluation(self, env_name: str, num_envs: int) -> AtariEnvs:
+        return AtariEnvs(env_name, num_envs, evaluation=True)

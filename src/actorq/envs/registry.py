@@ -78,6 +78,12 @@ class EnvSuite(abc.ABC):
         :meth:`make` envs (a ``SerialEnv`` of them for several envs per worker)."""
         return None
 
+    def make_raw_for_evaluation(self, env_name: str, num_envs: int) -> RawEnvs | None:
+        """The raw simulators evaluation plays (``make_batched_env(..., evaluation=True)``):
+        :meth:`make_raw`'s unless overridden, e.g. whole games with raw scores where training
+        ends an episode at a lost life and clips rewards."""
+        return self.make_raw(env_name, num_envs)
+
 
 _SUITES: dict[str, EnvSuite] = {}
 
@@ -217,10 +223,13 @@ def _check_contract(env: EnvBase, library: str, name: str) -> None:
         problems.append(f'no "{OBSERVATION}"')
     else:
         observation = observation_spec[OBSERVATION]
-        if observation.dtype != torch.float32 or len(observation.shape) != len(env.batch_size) + 1:
+        event_dims = len(observation.shape) - len(env.batch_size)
+        vector = observation.dtype == torch.float32 and event_dims == 1
+        frames = observation.dtype == torch.uint8 and event_dims == 3
+        if not (vector or frames):
             problems.append(
                 f'"{OBSERVATION}" is {observation.dtype} of shape {tuple(observation.shape)}, '
-                "not a flat float32 vector"
+                "neither a flat float32 vector nor uint8 frames [channels, height, width]"
             )
     if EPISODE_REWARD not in observation_spec.keys():
         problems.append(f'no "{EPISODE_REWARD}" (add RewardSum())')
@@ -241,7 +250,7 @@ def _hint(name: str, known: list[str]) -> str:
 
 
 def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
-                     library: str | None = None) -> EnvBase | None:
+                     library: str | None = None, evaluation: bool = False) -> EnvBase | None:
     """The lean env for ``name`` from its suite, or ``None`` if the suite has no lean path.
 
     Args:
@@ -249,11 +258,13 @@ def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
         num_envs: envs in the batch; ``None`` makes one unbatched env.
         seed: the first seed of the chain (env ``i`` gets the ``i``-th).
         library: the suite (``env.library``); ``None`` looks the name up.
+        evaluation: the envs evaluation plays (:meth:`EnvSuite.make_raw_for_evaluation`).
     """
     from actorq.envs.batched import LeanBatchedEnv
 
     suite = find_suite(name, library)
-    raw = suite.make_raw(name, 1 if num_envs is None else num_envs)
+    make_raw = suite.make_raw_for_evaluation if evaluation else suite.make_raw
+    raw = make_raw(name, 1 if num_envs is None else num_envs)
     if raw is None:
         return None
     return LeanBatchedEnv(raw, batched=num_envs is not None, seed=seed)

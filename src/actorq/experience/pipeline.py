@@ -197,7 +197,8 @@ class Experience(L.LightningDataModule):
         """The environment an evaluation of ``episodes`` episodes plays: a lean batch of
         ``episodes`` envs, stepped together (:func:`actorq.envs.rollout_return`), where the
         suite has one, else one env that plays them in turn."""
-        batched = make_batched_env(self.spec.env_name, episodes, seed=seed, library=self.spec.library)
+        batched = make_batched_env(self.spec.env_name, episodes, seed=seed, library=self.spec.library,
+                                   evaluation=True)
         return batched if batched is not None else self.make_env(seed)
 
     def setup(self, stage: str) -> None:

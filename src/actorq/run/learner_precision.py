@@ -297,15 +297,20 @@ def random_samples(learner, count: int, device: str = "cpu") -> list[Sample]:
     spec, size = learner.spec, learner.batch_size
     generator = torch.Generator().manual_seed(0)
 
+    def observations() -> torch.Tensor:
+        if spec.pixels:
+            return torch.randint(0, 256, (size, *spec.frame_shape), dtype=torch.uint8, generator=generator)
+        return torch.randn(size, spec.obs_dim, generator=generator)
+
     def one() -> Sample:
         if spec.discrete:
             action = torch.randint(spec.num_actions, (size,), generator=generator)
         else:
             low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
             action = low + (high - low) * torch.rand(size, spec.action_dim, generator=generator)
-        batch = TensorDict({"observation": torch.randn(size, spec.obs_dim, generator=generator), "action": action,
+        batch = TensorDict({"observation": observations(), "action": action,
                             "reward": torch.randn(size, generator=generator),
-                            "next_observation": torch.randn(size, spec.obs_dim, generator=generator),
+                            "next_observation": observations(),
                             "discount": torch.full((size,), learner.gamma)}, batch_size=[size])
         return Sample(batch.to(device), torch.arange(size), torch.ones(size, device=device))
 

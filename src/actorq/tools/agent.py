@@ -127,7 +127,7 @@ class Agent:
         """The environment the run's evaluation plays ``episodes`` episodes in: a lean batch of
         ``episodes`` envs where the suite has one, else one env that plays them in turn."""
         env = self.config.env
-        batched = make_batched_env(env.name, episodes, seed=seed, library=env.get("library"))
+        batched = make_batched_env(env.name, episodes, seed=seed, library=env.get("library"), evaluation=True)
         return batched if batched is not None else self.make_env(seed)
 
     def __repr__(self) -> str:

@@ -1,0 +1,182 @@
+"""The ``atari`` suite: ale-py's vector env as raw envs whose every step after a reset is its
+episode's own, a lost life that ends the learner's episode and not the game, seeded games that
+repeat, evaluation on whole games with raw scores, and frames equal to gymnasium's
+``AtariPreprocessing`` with frame stacking."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py")
+
+from actorq.envs import find_suite, make_batched_env  # noqa: E402
+from actorq.envs.atari import AtariEnvs, AtariSuite  # noqa: E402
+from actorq.util.errors import ConfigError  # noqa: E402
+
+
+class Buffers:
+    """The preallocated outputs of one step of ``n`` envs."""
+
+    def __init__(self, n: int):
+        self.obs = np.zeros((n, 4, 84, 84), dtype=np.uint8)
+        self.reward = np.zeros((n, 1), dtype=np.float32)
+        self.terminated = np.zeros((n, 1), dtype=bool)
+        self.truncated = np.zeros((n, 1), dtype=bool)
+
+    def step(self, envs: AtariEnvs, actions) -> Buffers:
+        envs.step(np.asarray(actions, dtype=np.int64), self.obs, self.reward, self.terminated, self.truncated)
+        return self
+
+
+def started(envs: AtariEnvs, seeds=None) -> Buffers:
+    """``envs`` seeded (env ``i`` with ``seeds[i]``) and reset, as a lean env starts them."""
+    out = Buffers(envs.n)
+    for i in range(envs.n):
+        if seeds is not None:
+            envs.seed(i, seeds[i])
+        envs.reset(i, out.obs[i])
+    return out
+
+
+def play(envs: AtariEnvs, actions: np.ndarray, seeds) -> list[tuple[np.ndarray, ...]]:
+    """Each step's outputs (copies) under ``actions[t]``, ended envs reset after their step."""
+    out = started(envs, seeds)
+    steps = []
+    for action in actions:
+        out.step(envs, action)
+        steps.append((out.obs.copy(), out.reward.copy(), out.terminated.copy(), out.truncated.copy()))
+        for i in np.flatnonzero(out.terminated[:, 0] | out.truncated[:, 0]):
+            envs.reset(int(i), out.obs[i])
+    return steps
+
+
+def random_actions(envs: AtariEnvs, steps: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, envs.num_actions, size=(steps, envs.n))
+
+
+def test_the_suite_makes_stacked_uint8_frames_of_each_game():
+    suite = find_suite("breakout")
+    assert suite.name == "atari" and isinstance(suite, AtariSuite)
+    assert {"breakout", "pong"} <= set(suite.names()) and not suite.knows("Breakout")
+    envs = suite.make_raw("breakout", 2)
+    assert (envs.obs_shape, envs.obs_dtype, envs.obs_dim) == ((4, 84, 84), np.dtype(np.uint8), 4 * 84 * 84)
+    assert envs.discrete and envs.num_actions == 4 and not envs.evaluation
+    out = started(envs).step(envs, [1, 3])
+    assert out.obs[:, -1].any() and not out.obs[:, :2].any()  # two frames so far, zeros before them
+    envs.close()
+
+
+def test_an_unknown_game_or_no_ale_py_is_a_config_error(monkeypatch):
+    with pytest.raises(ConfigError, match="unknown environment 'breakuot' in library 'atari'"):
+        find_suite("breakuot", library="atari")
+    with pytest.raises(ConfigError, match="unknown Atari game 'breakuot'"):
+        AtariSuite().make_raw("breakuot", 1)
+    for module in ("ale_py", "ale_py.roms", "ale_py.vector_env"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if ale-py were not installed
+    assert AtariSuite().names() == [] and not AtariSuite().knows("breakout")
+    with pytest.raises(ConfigError, match=r'pip install -e "\.\[atari\]"'):
+        AtariSuite().make_raw("breakout", 1)
+
+
+def test_after_a_game_ends_the_next_step_is_the_new_games_first():
+    # No random no-ops: every game starts the same, so a restarted game must replay a fresh one.
+    options = {"evaluation": True, "noop_max": 0, "max_episode_frames": 4 * 30}
+    envs, fresh = AtariEnvs("breakout", 1, **options), AtariEnvs("breakout", 1, **options)
+    out = started(envs)
+    for action in random_actions(envs, 30):
+        before = out.obs.copy()
+        out.step(envs, action)
+        assert np.array_equal(out.obs[0, :3], before[0, 1:])  # the final observation too: the old game's
+    assert out.truncated[0, 0] and not out.terminated[0, 0] and out.reward.shape == (1, 1)
+    envs.reset(0, out.obs[0])
+    other = started(fresh)
+    assert np.array_equal(out.obs, other.obs)
+    for action in [[1], [2], [2], [1], [3], [3], [0], [2]] * 3:  # FIRE, then the paddle moves
+        assert np.array_equal(out.step(envs, action).obs, other.step(fresh, action).obs)
+    assert out.obs[0, -1].any()
+
+
+def test_a_lost_life_ends_the_learners_episode_and_the_game_goes_on():
+    envs = AtariEnvs("breakout", 1)
+    out = started(envs, seeds=[7])
+    assert envs.lives[0] == 5
+    ends, lives = [], []
+    for action in random_actions(envs, 400):
+        out.step(envs, action)
+        if out.terminated[0, 0]:
+            final = out.obs[0].copy()
+            ends.append(len(lives))
+            envs.reset(0, out.obs[0])
+            if envs.lives[0] < 5:  # the same game: the next episode starts from the same screen
+                assert not out.obs[0, :3].any() and np.array_equal(out.obs[0, -1], final[-1])
+                assert np.array_equal(out.step(envs, action).obs[0, 2], final[-1])
+                assert not out.obs[0, :2].any() and not out.terminated[0, 0]
+        lives.append(int(envs.lives[0]))
+        if len(ends) == 6:
+            break
+    assert [lives[end] for end in ends] == [4, 3, 2, 1, 5, 4]  # a new game only when the last life is lost
+    assert not out.truncated.any()
+
+
+def test_a_seeded_env_replays_its_game_and_seeds_tell_games_apart():
+    seeds = [3, 2**32 - 1]  # TorchRL's seed chain gives seeds up to 2**32
+    a, b, c = (AtariEnvs("breakout", 2) for _ in range(3))
+    actions = random_actions(a, 80)
+    first, again = play(a, actions, seeds), play(b, actions, seeds)
+    assert all(np.array_equal(x, y) for step, same in zip(first, again) for x, y in zip(step, same))
+    again = play(a, actions, seeds)  # seeding an env that played on restarts its game
+    assert all(np.array_equal(x, y) for step, same in zip(first, again) for x, y in zip(step, same))
+    other = play(c, actions, [4, 5])
+    assert not np.array_equal(np.stack([step[0] for step in first]), np.stack([step[0] for step in other]))
+
+
+def test_evaluation_plays_whole_games_with_raw_scores():
+    """Training and evaluation envs with one seed play the same game; evaluation's episode is
+    the whole game and its rewards are the raw ones training clips."""
+    for game, steps in (("breakout", 130), ("ms_pacman", 80)):
+        train, evaluation = AtariEnvs(game, 1), AtariEnvs(game, 1, evaluation=True)
+        actions = random_actions(train, steps)
+        trained, evaluated = play(train, actions, [7]), play(evaluation, actions, [7])
+        rewards = np.array([step[1][0, 0] for step in evaluated])
+        assert np.array_equal([step[1][0, 0] for step in trained], np.sign(rewards))
+        assert all(np.array_equal(x[0][0, -1], y[0][0, -1]) for x, y in zip(trained, evaluated))
+        ends = [t for t, step in enumerate(evaluated) if step[2][0, 0]]
+        if game == "breakout":  # five lives: five learner episodes in one game
+            assert ends and sum(step[2][0, 0] for step in trained[: ends[0] + 1]) == 5
+        else:
+            assert rewards.max() >= 10  # a pellet's raw score
+    for evaluating in (True, False):
+        env = make_batched_env("breakout", 2, seed=0, evaluation=evaluating)
+        assert env.raw.evaluation == evaluating
+        env.close()
+
+
+def test_frames_equal_gymnasiums_atari_preprocessing_with_frame_stacking():
+    """ale-py's vector env against ``AtariPreprocessing`` + ``FrameStackObservation`` on the v5
+    game without sticky actions: with no random no-ops and no FIRE at reset on either side, the
+    same seed and actions give the same frames, rewards and ends, pixel for pixel, to game over."""
+    pytest.importorskip("cv2", reason="gymnasium's AtariPreprocessing resizes with OpenCV")
+    import ale_py
+    import gymnasium
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    gymnasium.register_envs(ale_py)
+    game = gymnasium.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0)
+    theirs = FrameStackObservation(AtariPreprocessing(game, noop_max=0, frame_skip=4, screen_size=84), 4,
+                                   padding_type="zero")
+    envs = AtariEnvs("breakout", 1, evaluation=True, noop_max=0, fire_reset=False)
+    frames, _ = theirs.reset(seed=0)
+    out = started(envs, seeds=[0])
+    assert np.array_equal(out.obs[0], frames)
+    for action in random_actions(envs, 250, seed=1)[:, 0]:
+        frames, reward, terminated, truncated, _ = theirs.step(int(action))
+        out.step(envs, [action])
+        assert np.array_equal(out.obs[0], frames)
+        assert (out.reward[0, 0], out.terminated[0, 0], out.truncated[0, 0]) == (reward, terminated, truncated)
+        if terminated:
+            break
+    assert terminated  # a whole game
+    theirs.close()
