@@ -222,9 +222,12 @@ class PPO(OnPolicyLearner):
     def features_and_value(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What the policy's head reads for each (normalized) observation, and its value; a
         shared trunk runs once for both."""
-        if self.shared_trunk:
-            hidden = self.policy.trunk[0](observation)
-            return self.policy.trunk[1](hidden), self.value[1](hidden).squeeze(-1)
+        if self.shared_trunk:  # convolutions take one batch dimension: [envs, T, C, H, W] goes in flat
+            frame_shape = self.spec.frame_shape
+            batch_shape = observation.shape[:observation.dim() - len(frame_shape)]
+            hidden = self.policy.trunk[0](observation.reshape(-1, *frame_shape))
+            features, value = self.policy.trunk[1](hidden), self.value[1](hidden)
+            return features.reshape(*batch_shape, -1), value.reshape(batch_shape)
         return self.policy.trunk(observation), self.value(observation).squeeze(-1)
 
     def _epochs(self, steps: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:

@@ -46,13 +46,16 @@ class Evaluation(Callback):
         every_frames: evaluation period in env frames (``eval.every_frames``, checked with
             the run config, :mod:`actorq.run.checks`).
         episodes: episodes per evaluation (``eval.episodes``, likewise).
+        max_steps: a cap on one episode's steps (``eval.max_steps``): an episode still running
+            then counts with the return it has.
         seed_offset: the ``k``-th evaluation (from 0) seeds its environment with the run's
             seed plus this plus ``k``.
     """
 
-    def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000):
+    def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000, max_steps: int = 100_000):
         self.every_frames = every_frames
         self.episodes = episodes
+        self.max_steps = max_steps
         self.seed_offset = seed_offset
         self.schedule = Every(every_frames)
         self.history: list[tuple[int, float]] = []
@@ -105,7 +108,7 @@ class Evaluation(Callback):
         if self._env is None:
             self._env = experience.make_eval_env(self.episodes, seed)
         self._env.set_seed(seed)
-        returns = rollout_return(self._env, pl_module.act, self.episodes)
+        returns = rollout_return(self._env, pl_module.act, self.episodes, self.max_steps)
         mean = statistics.fmean(returns)
         self.history.append((pl_module.frames, mean))
         metrics = {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)}
@@ -113,7 +116,7 @@ class Evaluation(Callback):
             started = time.perf_counter()
             act = greedy(experience.actor_policy.network, pl_module.spec.discrete)
             self._env.set_seed(seed)  # the fp32 policy's episodes again
-            mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes))
+            mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes, self.max_steps))
             self.history_quant.append((pl_module.frames, mean_quant))
             self.quant_seconds += time.perf_counter() - started
             metrics["eval/return_mean_quant"] = mean_quant

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actorq.quant.layout import TrunkLayout, input_normalizer
+from actorq.quant.layout import input_normalizer
+from actorq.quant.module_layout import layout_of
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.quantize import Payload, payload_nbytes
 from actorq.quant.spec import QuantSpec
@@ -59,8 +60,8 @@ def action_agreement(reference: nn.Module, candidate: nn.Module, observations: t
 def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec) -> float:
     """Relative L2 error of all trunk weights: ``||W - W_q|| / ||W||`` over every layer, with
     ``W_q`` the weights ``spec``'s codec reads from the payload."""
-    layout = TrunkLayout.from_trunk(network.trunk)
-    originals = [layout.linear(network.trunk, k).weight.float() for k in range(layout.num_layers)]
+    layout = layout_of(network.trunk)
+    originals = layout.weights(network.trunk)
     quantized = spec.codec.dequantized_weights(layout, spec, payload)
     error = sum(((w - q) ** 2).sum() for w, q in zip(originals, quantized, strict=True))
     norm = sum((w**2).sum() for w in originals)
@@ -141,7 +142,7 @@ def _features(network: nn.Module, observations: torch.Tensor) -> torch.Tensor:
 def fp32_nbytes(network: nn.Module) -> int:
     """Bytes of the same trunk as an fp32 payload (the ``bits=32`` push)."""
     fp32 = QuantSpec(bits=32)
-    return fp32.codec.payload_nbytes(TrunkLayout.from_trunk(network.trunk), fp32)
+    return fp32.codec.payload_nbytes(layout_of(network.trunk), fp32)
 
 
 def fidelity_metrics(

@@ -125,6 +125,10 @@ class TrunkLayout:
                 )
         object.__setattr__(self, "layers", layers)
 
+    def weights(self, trunk: nn.Sequential) -> list[torch.Tensor]:
+        """Every layer's fp32 weight matrix in ``trunk`` (a trunk of this layout)."""
+        return [self.linear(trunk, k).weight.detach().float() for k in range(self.num_layers)]
+
     @classmethod
     def from_trunk(cls, trunk: nn.Module) -> TrunkLayout:
         """Reads the layout of a trunk, or explains which module does not fit."""

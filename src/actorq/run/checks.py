@@ -36,7 +36,7 @@ TOP_LEVEL_KEYS = {"env", "algo", "actors", "replay", "quant", "callbacks", "logg
                   "run_dir", "eval", "checkpoint", "ckpt_path", "hydra"}
 POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.frames_per_batch",
                      "actors.total_frames", "replay.capacity", "algo.batch_size", "algo.n_step",
-                     "eval.every_frames", "eval.episodes")
+                     "eval.every_frames", "eval.episodes", "eval.max_steps")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
 BOOLEANS = ("actors.restart_on_failure", "actors.lean_envs", "replay.prioritized", "replay.shared",
             "replay.checkpoint", "algo.double", "algo.batch_critics", "algo.critic_layer_norm", "algo.compile_losses")

@@ -23,7 +23,8 @@ from torch import nn
 
 from actorq.envs import EnvSpec, import_suites, make_env, random_observations
 from actorq.experience import CALIBRATION_OBSERVATIONS
-from actorq.quant import QuantizedNetwork, QuantSpec, TrunkLayout
+from actorq.quant import QuantizedNetwork, QuantSpec
+from actorq.quant.module_layout import ModuleLayout, layout_of
 from actorq.quant.codecs import registered
 from actorq.run.resume import EXPERIENCE_STATE, LAST, check_shapes
 from actorq.util.errors import ConfigError
@@ -102,9 +103,10 @@ def payload_format(quant: QuantSpec, network: nn.Module, payload: dict) -> Quant
     ``quant.bits=8 mode=static`` kept the output layer in fp32 holds an all-int8 payload
     (``int8_static``); this finds the codec serving those bits and mode whose payload it is.
     """
-    layout = TrunkLayout.from_trunk(network.trunk)
+    layout = layout_of(network.trunk)
     candidates = [quant] + [dataclasses.replace(quant, format=codec.name) for codec in registered()
-                            if quant.format is None and codec.serves(quant)]
+                            if quant.format is None and codec.serves(quant)
+                            and (codec.runs_modules or not isinstance(layout, ModuleLayout))]
     for candidate in candidates:
         if set(candidate.codec.payload_spec(layout, candidate)) == set(payload):
             return candidate

@@ -1,0 +1,32 @@
+"""PPO on Atari Breakout from pixels with int8 convolutional actors: a short run of the
+``ppo_breakout`` experiment, end to end (actor worker, lean rollout of uint8 frames, pushes of
+the int8 conv payload, the learner's shared-trunk updates, evaluation on whole games)."""
+
+import pytest
+import torch
+
+from actorq.train import train
+
+pytest.importorskip("ale_py")
+
+SHORT = ("actors.total_frames=2048", "actors.envs_per_worker=4", "actors.frames_per_batch=512",
+         "algo.minibatch_size=128", "quant.calibration_samples=64", "eval.episodes=1", "eval.max_steps=200",
+         "callbacks=no_checkpoint")
+
+
+def test_ppo_trains_on_breakout_frames_with_int8_convolutional_actors(make_cfg):
+    summary, objects = train(make_cfg("+experiment=ppo_breakout", "quant.bits=8", *SHORT))
+    experience = objects["experience"]
+    assert summary["frames"] >= 2048 and summary["learner_steps"] == 4 * 4 * 4  # rollouts x epochs x minibatches
+    assert summary["actor_precision"] == "int8 static per_channel fp32-ends"
+    rollout = experience.feed.last
+    assert rollout["observation"].dtype == torch.uint8 and rollout["observation"].shape[-3:] == (4, 84, 84)
+    assert rollout["next", "observation"].dtype == torch.uint8
+    payload = experience.actor_policy.network.payload()
+    assert payload["0__convs__0__weight"].dtype == torch.int8  # the actors ran int8 convolutions
+    pushes = objects["callbacks"]["push"].pushes
+    # Every push after the first (which has no held-out rollout yet) measured its copy's KL.
+    assert pushes >= 4 and summary["fidelity"]["kl"]["pushes"] == pushes - 1
+    # The actors' recorded log-probabilities are the int8 copy's own, recomputed in the learner.
+    assert experience.log_prob_error is not None and experience.log_prob_error < 1e-4
+    assert summary["final_return"] is not None and summary["final_return_quant"] is not None
