@@ -96,3 +96,15 @@ def test_ppo_on_frames_shares_one_trunk_between_policy_and_value_and_optimizes_i
                     frame_shape=(4, 84, 84)))
     with pytest.raises(ConfigError, match="unknown convolutional trunk 'resnet'"):
         PPO(FRAMES, pixel_trunk="resnet")
+
+
+def test_a_conv_policy_exports_as_one_torchscript_file_that_reads_frames(policy, tmp_path):
+    from actorq.tools.standalone import export
+
+    calibration, frames = _frames(16), _frames(3, seed=4)
+    for spec in (INT8, QuantSpec(bits=32)):
+        actors = QuantizedNetwork.from_network(policy, spec, calibration)
+        loaded = torch.jit.load(str(export(actors, tmp_path / f"policy{spec.bits}.pt", greedy=True)))
+        expected = actors(frames).argmax(-1)
+        assert torch.equal(loaded(frames), expected) and torch.equal(loaded(frames[0]), expected[0])
+        assert loaded(frames.reshape(1, 3, 4, 84, 84)).shape == (1, 3)

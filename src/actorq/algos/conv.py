@@ -52,9 +52,10 @@ class NatureCNN(nn.Module):
         self.linear = nn.Sequential(nn.Linear(64 * 7 * 7, features), nn.ReLU())
         self.features = features
         self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
+        self.pixel_scale = PIXEL_SCALE  # an attribute, not a global: TorchScript exports read it
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.convs(frames.float() * PIXEL_SCALE))
+        return self.linear(self.convs(frames.float() * self.pixel_scale))
 
 
 class ResidualBlock(nn.Module):
@@ -91,9 +92,10 @@ class ImpalaCNN(nn.Module):
         self.linear = nn.Sequential(nn.Linear(previous * size * size, features), nn.ReLU())
         self.features = features
         self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
+        self.pixel_scale = PIXEL_SCALE  # an attribute, not a global: TorchScript exports read it
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.convs(frames.float() * PIXEL_SCALE))
+        return self.linear(self.convs(frames.float() * self.pixel_scale))
 
 
 TRUNKS = {"nature": NatureCNN, "impala": ImpalaCNN}

@@ -130,7 +130,8 @@ def load_learner(checkpoint: dict):
 
 def actors_network(checkpoint: dict, learner, env, bits: int | None) -> QuantizedNetwork:
     """The network the actors last ran, or a fresh quantization at ``bits`` (int8 dynamic
-    for a run whose actors were fp32) calibrated on :func:`calibration_set`."""
+    for a run whose actors were fp32; static for a convolutional policy) calibrated on
+    :func:`calibration_set`."""
     state = checkpoint.get(EXPERIENCE_STATE, {})
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
@@ -138,8 +139,9 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
         return saved_actors_network(checkpoint, network, "the checkpoint")
     if bits is not None:
         quant = quant.with_bits(bits)
-    elif quant.is_full_precision:
-        quant = QuantSpec(bits=8, mode="dynamic")
+    elif quant.is_full_precision:  # convolutions have static int8 kernels only
+        convolutional = isinstance(layout_of(network.trunk), ModuleLayout)
+        quant = QuantSpec(bits=8, mode="static" if convolutional else "dynamic")
     return QuantizedNetwork.from_network(network, quant, calibration_set(checkpoint, env, quant))
 
 

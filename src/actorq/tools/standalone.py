@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from actorq.quant import QuantizedNetwork
+from actorq.quant.module_layout import ModuleLayout, event_dims
 from actorq.run.resume import LAST_CHECKPOINT, read_checkpoint
 from actorq.tools.rebuild import actors_network, load_learner
 from actorq.util.errors import ConfigError
@@ -42,20 +43,26 @@ class StandalonePolicy(nn.Module):
     """``obs -> action``: the policy's observation normalizer (if it has one), the quantized
     trunk, the fp32 head and, for Q-networks and categorical policies, the argmax.
 
-    Accepts ``[obs_dim]`` or ``[..., obs_dim]`` observations, like the actors' network.
+    Accepts one observation or a batch of any shape, like the actors' network: ``[obs_dim]``
+    or ``[..., obs_dim]`` vectors, or ``[C, H, W]`` or ``[..., C, H, W]`` uint8 frames
+    (``event_dims=3``).
     """
 
-    def __init__(self, trunk: nn.Module, head: nn.Module, greedy: bool, normalizer: nn.Module | None = None):
+    def __init__(self, trunk: nn.Module, head: nn.Module, greedy: bool, normalizer: nn.Module | None = None,
+                 event_dims: int = 1):
         super().__init__()
         self.normalizer = normalizer if normalizer is not None else nn.Identity()
         self.trunk = trunk
         self.head = head
         self.greedy = greedy
+        self.event_dims = event_dims
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        flat = self.normalizer(observation.reshape(-1, observation.shape[-1]))
+        split = observation.dim() - self.event_dims
+        batch_shape, event_shape = observation.shape[:split], observation.shape[split:]
+        flat = self.normalizer(observation.reshape([-1] + event_shape))
         out = self.head(self.trunk(flat))
-        out = out.reshape(observation.shape[:-1] + out.shape[-1:])
+        out = out.reshape(batch_shape + out.shape[-1:])
         if self.greedy:
             return out.argmax(dim=-1)
         return out
@@ -78,13 +85,19 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    policy = StandalonePolicy(network.executable_trunk(), network.head, greedy, network.normalizer).eval()
+    layout = network.layout
+    policy = StandalonePolicy(network.executable_trunk(), network.head, greedy, network.normalizer,
+                              event_dims(layout)).eval()
+    if isinstance(layout, ModuleLayout):
+        shape = {"trunk": type(layout.architecture).__name__, "input_shape": list(layout.input_shape),
+                 "input_dtype": str(layout.input_dtype).removeprefix("torch.")}
+    else:
+        shape = {"sizes": list(layout.sizes), "layer_norm": layout.layer_norm,
+                 "layers": [dataclasses.asdict(layer) for layer in layout.layers]}
     metadata = {
         "precision": network.quant.describe(),
         "format": network.codec.name,
-        "sizes": list(network.layout.sizes),
-        "layer_norm": network.layout.layer_norm,
-        "layers": [dataclasses.asdict(layer) for layer in network.layout.layers],
+        **shape,
         "normalizes_observations": network.normalizer is not None,
         "greedy": greedy,
         "torch": torch.__version__,
