@@ -116,6 +116,8 @@ class ActorSpec:
         gather: in asynchronous collection, how many workers' batches make one batch for the
             learner, taken as they arrive and merged as a lock-step round is
             (:func:`gather_rounds`). 1 (or ``None``): each worker's batch as it arrives.
+        cores: worker ``i`` runs pinned to core ``cores[i % len(cores)]`` with one torch
+            thread (``actors.cores``; Linux); ``None``: where the OS puts it.
 
     Example:
         >>> spec = ActorSpec("CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=1_000,
@@ -140,9 +142,11 @@ class ActorSpec:
     collection: str = "async"
     waiting_batches: int | None = None
     gather: int | None = 1
+    cores: tuple[int, ...] | None = None
 
     def __post_init__(self):
         check_frames_done(self.frames_done, self.total_frames)
+        object.__setattr__(self, "cores", None if self.cores is None else tuple(self.cores))
         object.__setattr__(self, "gather", 1 if self.gather is None else self.gather)
         if self.collection not in COLLECTIONS:
             raise ValueError(f"collection must be one of {list(COLLECTIONS)}, got {self.collection!r}")

@@ -45,7 +45,7 @@ from actorq.util import torchrl_adapter as adapter
 from actorq.actors.base import ActorPoolBase, ActorSpec, gather_rounds, merge_rows
 from actorq.actors.base import ActorWorkerError, check_frames_done, make_worker_env  # noqa: F401  (imported from here too)
 from actorq.actors.processes import forked_workers, in_environment
-from actorq.actors.processes import set_worker_index, worker_index  # noqa: F401  (imported from here too)
+from actorq.actors.processes import pin_worker, set_worker_index, worker_index  # noqa: F401  (imported from here too)
 from actorq.actors.rollout import LeanCollector
 
 if TYPE_CHECKING:
@@ -110,11 +110,13 @@ class _WorkerCollectorFactory:
     in the worker process (TorchRL calls it with the worker's index) and records that index
     for :func:`worker_index`."""
 
-    def __init__(self, produced: torch.Tensor, errors: multiprocessing.Queue, lean_rollout: bool):
-        self.produced, self.errors, self.lean_rollout = produced, errors, lean_rollout
+    def __init__(self, produced: torch.Tensor, errors: multiprocessing.Queue, lean_rollout: bool,
+                 cores: tuple[int, ...] | None = None):
+        self.produced, self.errors, self.lean_rollout, self.cores = produced, errors, lean_rollout, cores
 
     def __call__(self, *args, **kwargs) -> Collector:
         set_worker_index(kwargs.get("worker_idx"))
+        pin_worker(kwargs.get("worker_idx") or 0, self.cores)
         adapter.skip_worker_poll_wait()
         adapter.hand_on_ignore_rb(self, _ReportingCollector)
         collector = _ReportingCollector(*args, **kwargs)
@@ -141,9 +143,10 @@ class _Collector(adapter.HandOverCollector):
     """
 
     def __init__(self, *args, produced: torch.Tensor, errors: multiprocessing.Queue, lean_rollout: bool = True,
-                 **kwargs):
+                 cores: tuple[int, ...] | None = None, **kwargs):
         self.produced, self.errors = produced, errors  # first: a failed start shuts down
-        super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors, lean_rollout), **kwargs)
+        super().__init__(*args, collector_class=_WorkerCollectorFactory(produced, errors, lean_rollout, cores),
+                         **kwargs)
         self.accounted = [0] * self.num_workers  # produced[w] when w's last batch arrived
         self.received_frames = [0] * self.num_workers
         self.dropped_frames = 0
@@ -408,6 +411,7 @@ class ActorPool(ActorPoolBase):
                 produced=torch.zeros(self.spec.num_workers, dtype=torch.int64).share_memory_(),
                 errors=context.Queue(),
                 lean_rollout=self.lean_rollout,
+                cores=self.spec.cores,
             )
         collector.set_seed(self.restart_seed)
         self.collector = collector

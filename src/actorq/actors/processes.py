@@ -32,7 +32,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.forkserver
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -59,6 +59,37 @@ def set_worker_index(index: int | None) -> None:
     """Marks this process as actor worker ``index`` (what :func:`worker_index` returns)."""
     global _WORKER_INDEX
     _WORKER_INDEX = index
+
+
+def pin_worker(index: int, cores: tuple[int, ...] | None) -> None:
+    """Pins this process (actor worker ``index``) to core ``cores[index % len(cores)]`` with one
+    torch thread, so that each worker has a core of its own (``actors.cores``); nothing when
+    ``cores`` is ``None`` or the platform cannot pin."""
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        return
+    import torch
+
+    os.sched_setaffinity(0, {cores[index % len(cores)]})
+    torch.set_num_threads(1)
+
+
+def check_cores(cores) -> tuple[int, ...] | None:
+    """``actors.cores`` as a tuple of core numbers this machine has, or ``None``.
+
+    Raises:
+        ConfigError: anything but a non-empty list of distinct core numbers of this machine.
+    """
+    from actorq.util.errors import ConfigError
+
+    if cores is None:
+        return None
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    numbers = list(cores) if isinstance(cores, Sequence) and not isinstance(cores, str) else None
+    if (not numbers or not all(isinstance(core, int) and not isinstance(core, bool) for core in numbers)
+            or len(set(numbers)) != len(numbers) or not set(numbers) <= set(available)):
+        raise ConfigError(f"actors.cores must be a list of distinct cores of this machine ({available}), "
+                          f"got {cores!r}")
+    return tuple(numbers)
 
 
 def start_fork_server() -> None:

@@ -24,7 +24,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from actorq.actors.base import ActorPoolBase, ActorSpec, ActorWorkerError, gather_rounds, merge_rows
-from actorq.actors.pool import set_worker_index
+from actorq.actors.pool import pin_worker, set_worker_index
 from actorq.actors.rollout import LeanCollector
 from actorq.util.errors import ConfigError
 
@@ -55,9 +55,11 @@ class RolloutWorker:
     """One actor, inside a Ray actor process: a TorchRL collector that hands out one batch of
     ``frames_per_batch`` steps per :meth:`next_batch` call."""
 
-    def __init__(self, env_fn, policy: TensorDictModule, frames_per_batch: int, seed: int, index: int):
+    def __init__(self, env_fn, policy: TensorDictModule, frames_per_batch: int, seed: int, index: int,
+                 cores: tuple[int, ...] | None = None):
         torch.set_num_threads(1)
         set_worker_index(index)  # before the env is built, as in a local actor process
+        pin_worker(index, cores)  # on this actor's machine: actors.cores names its cores
         self.policy = policy
         self.collector = LeanCollector(env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
                                    split_trajs=False, auto_register_policy_transforms=False)
@@ -154,7 +156,7 @@ class RayActorPool(ActorPoolBase):
 
     def _start(self, index: int):
         worker = self._remote.remote(self.env_fn, self.policy, self.spec.frames_per_batch,
-                                     self.restart_seed + 7919 * index, index)
+                                     self.restart_seed + 7919 * index, index, self.spec.cores)
         if self._weights is not None:
             worker.load.remote(self._weights)  # runs before any batch request: actor calls are in order
         return worker

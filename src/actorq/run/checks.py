@@ -29,6 +29,7 @@ from functools import cache
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from actorq.actors.processes import check_cores
 from actorq.util.errors import ConfigError
 from actorq.util.values import AUTO, is_int  # noqa: F401  (read from here too)
 
@@ -147,7 +148,8 @@ def check_actor_backend(cfg: DictConfig) -> None:
     collection = _select(cfg, "actors.collection")
     if collection is not None and collection not in COLLECTIONS:
         raise ConfigError(f"actors.collection must be {', '.join(COLLECTIONS)}, got {collection!r}")
-    if backend != "ray":
+    if backend != "ray":  # a Ray actor's cores are its own machine's
+        check_cores(_select(cfg, "actors.cores"))
         return
     if importlib.util.find_spec("ray") is None:
         from actorq.actors.ray_pool import INSTALL_HINT
