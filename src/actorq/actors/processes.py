@@ -83,11 +83,11 @@ def check_cores(cores) -> tuple[int, ...] | None:
 
     if cores is None:
         return None
-    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    available = list(range(os.cpu_count() or 1))  # not this process's affinity: the learner may be pinned
     numbers = list(cores) if isinstance(cores, Sequence) and not isinstance(cores, str) else None
     if (not numbers or not all(isinstance(core, int) and not isinstance(core, bool) for core in numbers)
             or len(set(numbers)) != len(numbers) or not set(numbers) <= set(available)):
-        raise ConfigError(f"actors.cores must be a list of distinct cores of this machine ({available}), "
+        raise ConfigError(f"actors.cores must be a list of distinct cores of this machine (0..{available[-1]}), "
                           f"got {cores!r}")
     return tuple(numbers)
 

@@ -20,6 +20,9 @@ measures both sides here, for TD3 on ``--env`` (cheetah-run) with a ``W x W x W`
    ``collect/frames`` curve after learning starts) give the measured speedup beside the
    predicted one.
 
+``--fleet`` switches to the fleet view of PPO on Atari (:mod:`actorq.bench.fleet_view`): the
+run's frames/s with ``N`` actor cores beside one learner, fp32 and int8 actors.
+
 Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 
     actorq bench regime [--quick] [--widths 256 1024 2048]
@@ -30,6 +33,7 @@ Usage (``tests/integration/test_bench_smoke.py`` runs the quick form)::
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -162,6 +166,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--check-seconds", type=float, default=40.0, help="rough length of each real run")
     parser.add_argument("--batches", type=int, default=6, help="timed batches per measurement")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--fleet", action="store_true",
+                        help="the fleet view instead: PPO on Atari with N actor cores beside one learner, "
+                             "predicted and checked by real runs (options: actorq bench regime --fleet --help)")
     parser.add_argument("--plot", default="bench-results/regime.png", help="heatmap PNG ('' for none)")
     parser.add_argument("--out", default="bench-results/regime.json", help="JSON output ('' for none)")
     args = parser.parse_args(as_options(argv, parser))
@@ -180,6 +187,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--fleet" in argv or "fleet=true" in argv:  # PPO on Atari: N actor cores beside one learner
+        from actorq.bench.fleet_view import main as fleet_view
+
+        return fleet_view([arg for arg in argv if arg not in ("--fleet", "fleet=true")])
     args = parse_args(argv)
     torch.set_num_threads(1)
     spec = EnvSpec.from_env(make_env(args.env, seed=0))
