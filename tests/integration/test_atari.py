@@ -2,6 +2,7 @@
 ``ppo_breakout`` experiment, end to end (actor worker, lean rollout of uint8 frames, pushes of
 the int8 conv payload, the learner's shared-trunk updates, evaluation on whole games)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,4 +30,19 @@ def test_ppo_trains_on_breakout_frames_with_int8_convolutional_actors(make_cfg):
     assert pushes >= 4 and summary["fidelity"]["kl"]["pushes"] == pushes - 1
     # The actors' recorded log-probabilities are the int8 copy's own, recomputed in the learner.
     assert experience.log_prob_error is not None and experience.log_prob_error < 1e-4
+    assert summary["final_return"] is not None and summary["final_return_quant"] is not None
+
+
+def test_dqn_trains_on_breakout_from_a_replay_that_stores_each_frame_once(make_cfg):
+    summary, objects = train(make_cfg(
+        "+experiment=dqn_breakout", "quant.bits=8", "actors.num_workers=2", "actors.envs_per_worker=2",
+        "actors.frames_per_batch=64", "actors.total_frames=1024", "actors.init_random_frames=256",
+        "algo.learning_starts=256", "algo.batch_size=16", "replay.capacity=4000", "quant.calibration_samples=32",
+        "eval.episodes=1", "eval.max_steps=100", "callbacks=no_checkpoint"))
+    replay = objects["experience"].replay
+    assert type(replay).__name__ == "FrameReplay" and len(replay._rings) == 4  # a ring per worker env
+    assert replay.frames.dtype == np.uint8 and replay.frames.shape[-2:] == (84, 84)  # one frame per slot
+    assert len(replay) > 900 and summary["learner_steps"] >= 150  # 0.25 updates per frame after 256
+    assert summary["actor_precision"] == "int8 static per_channel fp32-ends"
+    assert objects["experience"].actor_policy.network.payload()["0__convs__0__weight"].dtype == torch.int8
     assert summary["final_return"] is not None and summary["final_return_quant"] is not None

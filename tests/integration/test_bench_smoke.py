@@ -128,3 +128,16 @@ def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_pat
     assert int8["payload_bytes"] < fp32["payload_bytes"] / 3 and int8["quantize_ms"] > 0
     cores = {row["precision"]: row["actor_cores"] for row in rows[3:]}
     assert cores["fp32"] == pytest.approx(1000 * fp32["core_s_per_frame"])
+
+
+def test_pixel_learner_benchmark_times_the_update_loop_beside_the_real_learner(tmp_path):
+    from actorq.bench import pixel_learner
+
+    out = tmp_path / "pixel_learner.json"
+    rows = pixel_learner.main(["--quick", "--devices", "cpu", "--check-learner", "--out", str(out)])
+    loop, real = rows
+    assert (loop["what"], real["what"]) == ("update loop", "actorq PPO learner")
+    for row in rows:
+        assert row["learner_fps"] == pytest.approx(1024 / (row["ms_per_rollout"] / 1e3))
+    assert 0.5 < loop["learner_fps"] / real["learner_fps"] < 2  # the same arithmetic, timed twice
+    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))

@@ -48,7 +48,7 @@ def test_the_int8_payload_runs_exactly_what_torch_ao_converts(policy):
     actors = QuantizedNetwork.template_for(policy, INT8)
     learner = _trained(policy)
     actors.load_payload(quantize(learner, INT8, calibration))
-    converted = quantize_conv_policy(learner.trunk, calibration)
+    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)
     assert torch.equal(actors.features(frames), converted(frames))
     copied = pickle.loads(pickle.dumps(actors))  # what a worker process receives, rebuilt there
     assert torch.equal(copied.features(frames), converted(frames))
@@ -71,7 +71,7 @@ def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
     learner = _trained(policy)
     actors.load_payload(quantize(learner, INT8, calibration))
     assert not torch.equal(actors.features(frames), before)
-    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration)(frames))
+    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)(frames))
 
 
 def test_formats_without_conv_kernels_are_refused_in_one_line(policy):

@@ -137,3 +137,28 @@ class PixelPolicy(nn.Module):
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(frames))
+
+
+class PixelQNetwork(nn.Module):
+    """Frames -> Q-values: a convolutional trunk and a linear layer of one Q-value per action
+    (DQN's network, Mnih et al. 2015), as ``trunk`` and an identity ``head``, the shape every
+    policy network has for the actors' copy.
+
+    Args:
+        trunk: ``"nature"`` or ``"impala"`` (:data:`TRUNKS`).
+        frame_shape: ``(channels, 84, 84)``.
+        num_actions: the game's actions.
+
+    Example:
+        >>> PixelQNetwork("nature", (4, 84, 84), num_actions=6)(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape
+        torch.Size([2, 6])
+    """
+
+    def __init__(self, trunk: str, frame_shape: tuple[int, ...], num_actions: int):
+        super().__init__()
+        conv = make_trunk(trunk, frame_shape)
+        self.trunk = nn.Sequential(conv, nn.Linear(conv.features, num_actions))
+        self.head = nn.Identity()
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(frames))

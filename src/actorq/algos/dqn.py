@@ -18,6 +18,7 @@ from torch import nn
 from actorq.algos.base import Exploration, adam, check_positive
 from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
+from actorq.algos.conv import PixelQNetwork
 from actorq.algos.networks import QNetwork
 from actorq.data.replay.base import Sample
 
@@ -32,6 +33,9 @@ class DQN(OffPolicyLearner):
         lr: Adam learning rate.
         double: use the online network to pick the next action (double DQN).
         max_grad_norm: gradient clipping threshold (0 disables).
+        pixel_trunk: for an env that shows frames, the Q-network's convolutional trunk:
+            ``"nature"`` (the DQN paper's) or ``"impala"`` (:mod:`actorq.algos.conv`);
+            ``hidden`` is then unused.
         **kwargs: :class:`~actorq.algos.off_policy.OffPolicyLearner` arguments.
     """
 
@@ -45,6 +49,7 @@ class DQN(OffPolicyLearner):
         lr: float = 1e-3,
         double: bool = True,
         max_grad_norm: float = 10.0,
+        pixel_trunk: str = "nature",
         **kwargs,
     ):
         super().__init__(spec, exploration, **kwargs)
@@ -54,7 +59,8 @@ class DQN(OffPolicyLearner):
                              f"{exploration.start}/{exploration.end}")
         if max_grad_norm < 0:
             raise ValueError(f"max_grad_norm must be >= 0 (0 disables clipping), got {max_grad_norm}")
-        self.q_network = QNetwork(spec, hidden)
+        self.q_network = (PixelQNetwork(pixel_trunk, spec.frame_shape, spec.num_actions) if spec.pixels
+                          else QNetwork(spec, hidden))
         self.q_target = copy.deepcopy(self.q_network).requires_grad_(False)
         self.lr = lr
         self.double = double

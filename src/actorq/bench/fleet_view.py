@@ -150,7 +150,7 @@ def push_seconds(game: str, trunk: str, bits: int, rollouts: int) -> float:
         if bits != 32:
             policy_divergence(learner.policy, actors, frames[256:], None, ENVS)
         seconds.append(time.perf_counter() - started)
-    return sorted(seconds)[len(seconds) // 2]
+    return min(seconds)
 
 
 def predicted(actor: float, learner: float, push: float, cores: int) -> dict[str, float]:
@@ -170,7 +170,7 @@ def measured_run_fps(game: str, trunk: str, bits: int, workers: int, rollouts: i
     cores 1..workers, the learner in this process on core 0 with one thread."""
     from hydra import compose, initialize_config_module
 
-    from actorq.bench.regime import steady_frames_per_s
+    from actorq.bench._runs import steady_frames_per_s
     from actorq.train import train
 
     run_dir = runs_dir / f"{trunk}-{bits}-{workers}"
@@ -209,5 +209,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 rows.append({"trunk": trunk, "actors": name, "actor_cores": cores, "actor_fps_per_core": actor,
                              "learner_fps": learner, "push_ms": 1e3 * push, "predicted_lockstep_fps": fps["lockstep"],
                              "predicted_async_fps": fps["async"], "measured_lockstep_fps": measured})
+                if cores in args.check:
+                    print(f"  {cores} actor core(s): predicted {fps['lockstep']:.0f} frames/s in lock-step, "
+                          f"measured {measured:.0f}", flush=True)
     report(f"regime --fleet: PPO on {args.game}, {FRAMES_PER_ROLLOUT} frames per rollout", rows, args.out or None)
     return rows

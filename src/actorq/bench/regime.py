@@ -44,6 +44,7 @@ from hydra import compose, initialize_config_module
 from actorq.algos.td3 import TD3
 from actorq.algos.base import Exploration
 from actorq.bench import actors as actor_bench
+from actorq.bench._runs import steady_frames_per_s
 from actorq.bench._table import report
 from actorq.bench.learner import fake_experience, lightning_updates_per_s
 from actorq.envs import EnvSpec, make_env
@@ -102,20 +103,6 @@ def measured_speedup(env: str, width: int, update_to_data: float, precision: str
         train(cfg)
         rates[name] = steady_frames_per_s(run_dir / "tb")
     return {**{f"{name}_fps": rate for name, rate in rates.items()}, "speedup": rates["int8"] / rates["fp32"]}
-
-
-def steady_frames_per_s(tb: Path) -> float:
-    """Slope of ``collect/frames`` over wall-clock, from a third of the run to its end
-    (start-up and the random-action warm-up left out)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(tb), size_guidance={"scalars": 0})
-    events.Reload()
-    points = events.Scalars("collect/frames")
-    first, last = points[len(points) // 3], points[-1]
-    if last.wall_time <= first.wall_time:
-        raise RuntimeError(f"too few collect/frames points in {tb} to measure a rate")
-    return (last.value - first.value) / (last.wall_time - first.wall_time)
 
 
 def heatmap(rows: list[dict], widths: list[int], ratios: list[float], precisions: list[str],

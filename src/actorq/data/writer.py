@@ -89,9 +89,11 @@ class TransitionWriter:
         self._storage = None
 
     def extend(self, batch: TensorDictBase) -> None:
-        """Stores ``batch`` as n-step transitions and counts its frames and ended episodes
-        (called by the collector workers, or by the learner)."""
-        transitions = nstep_transitions(batch, self.n_step, self.gamma)
+        """Stores ``batch`` as n-step transitions (or whole, for a replay that ``takes_batches``:
+        the frame replay) and counts its frames and ended episodes (called by the collector
+        workers, or by the learner)."""
+        takes_batches = getattr(self.target, "takes_batches", False)
+        transitions = batch if takes_batches else nstep_transitions(batch, self.n_step, self.gamma)
         if self.in_workers:
             self.target.write(transitions)
         else:

@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 
 from actorq.data.parallel import RankSampling, share_arrivals
 from actorq.data.replay.base import ReplayBuffer
-from actorq.data.replay.factory import transition_template
+from actorq.data.replay.factory import is_frames, transition_template
 from actorq.data.writer import Arrivals, TransitionWriter
 from actorq.util.errors import ConfigError, construct
 
@@ -45,11 +45,13 @@ class ReplayFeed:
         self.writer: TransitionWriter | None = None
         self.sampling: ReplayBuffer | RankSampling | None = None
         self._saved_state: dict | None = None  # a checkpoint's replay state, until the replay exists
+        self.envs = 1  # every actor worker's envs (check_actors): a frame replay keeps a ring for each
 
     def check_actors(self, actors: Mapping[str, Any]) -> None:
         if (actors.get("gather") or 1) > 1:
             raise ConfigError(f"actors.gather={actors['gather']} is for on-policy learners (rollouts); "
                               "a replay takes every batch as it arrives")
+        self.envs = int(actors.get("num_workers", 1)) * int(actors.get("envs_per_worker", 1))
 
     def setup(self, rank: int, ranks: int, make_env: Callable[[], Any]) -> None:
         """Builds the replay and its writer on learner rank 0; another rank samples its share."""
@@ -58,8 +60,11 @@ class ReplayFeed:
         if rank > 0:
             self.sampling = RankSampling(None, rank, ranks)
             return
-        self.replay = construct(self.make_replay, template=transition_template(make_env()),
-                                planned_updates=self.planned_updates)
+        template = transition_template(make_env())
+        if is_frames(template) and self.n_step != 1:
+            raise ConfigError(f"a replay of frames stores one-step transitions: set algo.n_step=1, not {self.n_step}")
+        frames = {"envs": self.envs, "gamma": self.gamma} if is_frames(template) else {}  # the frame replay's
+        self.replay = construct(self.make_replay, template=template, planned_updates=self.planned_updates, **frames)
         if self._saved_state is not None:
             self.replay.load_state_dict(self._saved_state)
         self.writer = TransitionWriter(self.replay, self.n_step, self.gamma)

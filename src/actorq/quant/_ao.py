@@ -437,22 +437,31 @@ REDUCED_RANGE_ENGINES = ("x86", "fbgemm")
 """Engines whose default recipe keeps activations to 7 bits (``reduce_range``)."""
 
 
-def fx_qconfig_mapping(engine: str, full_range: bool) -> tq.QConfigMapping:
-    """torch.ao's default FX recipe for ``engine`` (per-channel weights, histogram-calibrated
-    activations), its activations on 8 bits if ``full_range`` (onednn's recipe has them anyway)."""
+FX_OBSERVERS = {"minmax": tqo.MinMaxObserver, "moving_average": tqo.MovingAverageMinMaxObserver,
+                "histogram": tqo.HistogramObserver}
+"""The activation observer of each ``quant.calibration`` for FX graph mode (torch.ao's recipe: histogram)."""
+
+
+def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histogram") -> tq.QConfigMapping:
+    """torch.ao's default FX recipe for ``engine`` (per-channel weights), its activations
+    calibrated by ``calibration``'s observer (the recipe's own: histogram) on 8 bits if
+    ``full_range``, else on the engine's default (7 for x86 and fbgemm)."""
     mapping = tq.get_default_qconfig_mapping(engine)
-    if full_range and engine in REDUCED_RANGE_ENGINES:
-        mapping.set_global(tq.QConfig(activation=tqo.HistogramObserver.with_args(reduce_range=False),
+    reduce_range = engine in REDUCED_RANGE_ENGINES and not full_range
+    if calibration != "histogram" or (full_range and engine in REDUCED_RANGE_ENGINES):
+        mapping.set_global(tq.QConfig(activation=FX_OBSERVERS[calibration].with_args(reduce_range=reduce_range),
                                       weight=tqo.default_per_channel_weight_observer))
     return mapping
 
 
-def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine: str, full_range: bool) -> nn.Module:
-    """``model`` (changed in place) traced, observed on each batch of ``calibration`` and
-    converted to static int8 for ``engine``: conv/linear + ReLU fused, per-channel weights,
-    quantized adds."""
+def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine: str, full_range: bool,
+                      observer: str = "histogram") -> nn.Module:
+    """``model`` (changed in place) traced, observed on each batch of ``calibration`` (with
+    ``observer``, a key of :data:`FX_OBSERVERS`) and converted to static int8 for ``engine``:
+    conv/linear + ReLU fused, per-channel weights, quantized adds."""
     with packing_engine(engine):
-        prepared = prepare_fx(model, fx_qconfig_mapping(engine, full_range), example_inputs=(calibration[0][:1],))
+        mapping = fx_qconfig_mapping(engine, full_range, observer)
+        prepared = prepare_fx(model, mapping, example_inputs=(calibration[0][:1],))
         for batch in calibration:
             prepared(batch)
         return convert_fx(prepared)

@@ -37,13 +37,15 @@ CALIBRATION_CHUNK = 64
 
 @torch.no_grad()
 def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = DEFAULT_ENGINE,
-                         full_range: bool | None = None) -> nn.Module:
+                         full_range: bool | None = None, observer: str = "histogram") -> nn.Module:
     """A static int8 copy of ``policy`` (frames in, float out), its activation ranges
     calibrated on ``frames`` ``[N, C, H, W]`` (uint8). ``policy`` itself is left as it was.
 
     Args:
         full_range: 8-bit activations (``None``: where the engine's kernels sum them exactly
             on this CPU; onednn's recipe always has them).
+        observer: how activation ranges are calibrated: ``histogram`` (torch.ao's recipe),
+            ``minmax`` or ``moving_average`` (``quant.calibration``).
 
     Raises:
         ValueError: for no calibration frames, or an engine this torch build lacks.
@@ -55,7 +57,8 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
                          f"({', '.join(torch.backends.quantized.supported_engines)})")
     if full_range is None:
         full_range = full_range_for(engine)
-    return convert_static_fx(copy.deepcopy(policy).eval(), list(frames.split(CALIBRATION_CHUNK)), engine, full_range)
+    return convert_static_fx(copy.deepcopy(policy).eval(), list(frames.split(CALIBRATION_CHUNK)), engine, full_range,
+                             observer)
 
 
 def full_range_for(engine: str) -> bool:

@@ -1,7 +1,8 @@
 """Videos of a trained policy: one greedy episode rendered offscreen and written as an mp4.
 
 gymnasium envs render through ``render_mode="rgb_array"`` (CartPole with pygame, MuJoCo
-tasks with MuJoCo), dm_control tasks through ``physics.render``. MuJoCo renders with an
+tasks with MuJoCo), dm_control tasks through ``physics.render``, and Atari games show what
+the agent sees (its newest 84x84 grayscale frame, 4x larger). MuJoCo renders with an
 offscreen OpenGL backend, fixed when ``mujoco`` is first imported: :func:`choose_gl` picks
 one at run time (``MUJOCO_GL`` if set, else the first of EGL and OSMesa that starts here),
 so call it before anything imports MuJoCo; ``actorq evaluate`` does. The mp4 is
@@ -9,8 +10,8 @@ written with imageio's own ffmpeg binary (``imageio[ffmpeg]``), first to a tempo
 then renamed.
 
 Example:
-    >>> needs_gl("CartPole-v1", "gymnasium"), needs_gl("cartpole-balance", "dm_control")
-    (False, True)
+    >>> needs_gl("CartPole-v1", "gymnasium"), needs_gl("cartpole-balance", "dm_control"), needs_gl("breakout", "atari")
+    (False, True, False)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from actorq.envs import find_suite, rollout_return
+from actorq.envs.atari import AtariSuite
 from actorq.envs.batched import LeanBatchedEnv
 from actorq.envs.dm_control import DMControlSuite
 from actorq.envs.gymnasium import GymnasiumSuite, needs_mujoco
@@ -55,7 +57,7 @@ def needs_gl(env_name: str, library: str | None) -> bool:
 
     if env_name in gymnasium.envs.registry:
         return needs_mujoco(env_name)
-    return library != GymnasiumSuite.name  # a dm_control task, or a suite of one's own
+    return library not in (GymnasiumSuite.name, AtariSuite.name)  # a dm_control task, or a suite of one's own
 
 
 def choose_gl() -> str:
@@ -105,13 +107,13 @@ def record(agent, path: str | Path, seed: int, max_steps: int | None = None) -> 
     frames: list[np.ndarray] = []
 
     def act(observation):
-        frames.append(frame())  # the state this action is chosen in
+        frames.append(frame(observation))  # the state this action is chosen in
         return agent.act(observation)
 
     try:
         env = LeanBatchedEnv(raw, batched=False, seed=seed)
         [episode_return] = rollout_return(env, act, 1, *([max_steps] if max_steps else []))
-        frames.append(frame())  # the state the episode ended in
+        frames.append(frame(env.observation))  # the state the episode ended in
     except ConfigError:
         raise
     except Exception as error:  # noqa: BLE001 - the GL stack fails in many ways; say which
@@ -141,8 +143,9 @@ def write_mp4(frames: list[np.ndarray], path: str | Path, fps: float) -> Path:
     return path
 
 
-def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[], np.ndarray], float]:
-    """One raw env of ``env_name`` that can render, its ``frame()`` and its frames per second."""
+def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[object], np.ndarray], float]:
+    """One raw env of ``env_name`` that can render, its ``frame(observation)`` and its frames
+    per second."""
     suite = find_suite(env_name, library)
     if isinstance(suite, GymnasiumSuite):
         from actorq.envs.gymnasium import GymnasiumEnvs
@@ -153,13 +156,28 @@ def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[]
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws offscreen; no display to find
         raw = GymnasiumEnvs(env_name, 1, make=partial(_make_rendering, env_name))
         env = raw.envs[0]
-        return raw, env.render, float(env.metadata.get("render_fps") or 30)
+        return raw, lambda _: env.render(), float(env.metadata.get("render_fps") or 30)
     if isinstance(suite, DMControlSuite):
         raw = suite.make_raw(env_name, 1)
         env = raw.envs[0]
         height, width = FRAME_SIZE
-        return raw, partial(env.physics.render, height=height, width=width, camera_id=0), 1 / env.control_timestep()
-    raise ConfigError(f"video: env.library={suite.name} cannot be recorded (gymnasium and dm_control can)")
+        render = partial(env.physics.render, height=height, width=width, camera_id=0)
+        return raw, lambda _: render(), 1 / env.control_timestep()
+    if isinstance(suite, AtariSuite):  # what the agent sees: its newest frame, larger
+        return suite.make_raw_for_evaluation(env_name, 1), agent_view, ATARI_FPS
+    raise ConfigError(f"video: env.library={suite.name} cannot be recorded (gymnasium, dm_control and atari can)")
+
+
+ATARI_FPS = 15.0
+"""An Atari agent's steps per second at the game's speed: 60 frames/s, 4 frames per step."""
+
+
+def agent_view(observation, scale: int = 4) -> np.ndarray:
+    """The newest of the stacked grayscale frames an Atari agent sees, ``scale`` times larger,
+    as an RGB image."""
+    newest = np.asarray(observation).reshape(-1, *np.shape(observation)[-2:])[-1]
+    large = newest.repeat(scale, axis=0).repeat(scale, axis=1)
+    return np.repeat(large[:, :, None], 3, axis=2)
 
 
 def _make_rendering(env_name: str):

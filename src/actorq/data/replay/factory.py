@@ -13,14 +13,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import math
+
 import psutil
+import torch
 from tensordict import TensorDictBase
 
 from actorq.data.nstep import nstep_transitions
 from actorq.data.replay.base import ReplayBuffer
+from actorq.data.replay.frames import FrameReplay
 from actorq.data.replay.prioritized import PrioritizedReplay
 from actorq.data.replay.shared import SharedReplay
 from actorq.data.replay.uniform import UniformReplay
+from actorq.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
@@ -39,6 +44,8 @@ def make_replay(
     template: TensorDictBase | None = None,
     planned_updates: int | None = None,
     checkpoint: bool = False,
+    envs: int = 1,
+    gamma: float = 0.99,
 ) -> ReplayBuffer:
     """Builds the replay buffer the config asks for.
 
@@ -46,7 +53,9 @@ def make_replay(
     - ``prioritized``: :class:`~actorq.data.replay.prioritized.PrioritizedReplay`;
     - ``prioritized`` and ``shared``: :class:`~actorq.data.replay.shared.SharedReplay`;
     - ``shared`` alone: :class:`~actorq.data.replay.shared.SharedReplay` with ``alpha=0``
-      (uniform sampling, all weights 1).
+      (uniform sampling, all weights 1);
+    - a ``template`` whose observation is stacked uint8 frames:
+      :class:`~actorq.data.replay.frames.FrameReplay` (each frame stored once, uniform).
 
     Args:
         capacity: maximum number of transitions kept.
@@ -64,16 +73,46 @@ def make_replay(
         planned_updates: the learner updates the run will make, each drawing one sample.
         checkpoint: checkpoints hold the transitions, priorities and write position too,
             so that a resumed run continues with the same buffer.
+        envs: the envs of all actor workers (a frame replay keeps a ring for each).
+        gamma: the learner's discount (a frame replay's samples carry it).
 
     Raises:
         ValueError: for a value the buffers cannot work with.
     """
+    if template is not None and is_frames(template):
+        return frame_replay(capacity, template, envs, gamma, seed, prioritized, shared, checkpoint)
     if template is not None:
         check_fits_in_memory(capacity, template)
     replay = _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed,
                            template, planned_updates)
     replay.save_contents = checkpoint
     return replay
+
+
+def is_frames(template: TensorDictBase) -> bool:
+    """Whether a transition's observation is stacked uint8 frames ``[stack, H, W]``."""
+    observation = template["observation"]
+    return observation.dtype == torch.uint8 and observation.ndim == 3
+
+
+def frame_replay(capacity: int, template: TensorDictBase, envs: int, gamma: float, seed: int, prioritized: bool,
+                 shared: bool, checkpoint: bool) -> FrameReplay:
+    """The frame replay for ``template``'s frames, or a one-line refusal of what it lacks."""
+    lacking = [name for name, asked in (("replay.prioritized", prioritized), ("replay.shared", shared),
+                                        ("replay.checkpoint", checkpoint)) if asked]
+    if lacking:
+        raise ConfigError(f"a replay of frames (each stored once, uniform) has no {', '.join(lacking)}: "
+                          "set it false")
+    stack, *frame_shape = template["observation"].shape
+    slot_bytes = math.prod(frame_shape) + FRAME_SLOT_SCALARS
+    if capacity * slot_bytes > psutil.virtual_memory().total:
+        raise ValueError(f"replay.capacity={capacity} needs {capacity * slot_bytes / 1e9:.1f} GB for its frames, "
+                         f"more than this machine's {psutil.virtual_memory().total / 1e9:.1f} GB of memory")
+    return FrameReplay(capacity, envs, tuple(frame_shape), stack, gamma=gamma, seed=seed)
+
+
+FRAME_SLOT_SCALARS = 22
+"""Bytes of a frame replay's slot besides its frame: step, action, reward and two flags."""
 
 
 def _build_buffer(capacity, prioritized, shared, alpha, beta, beta_annealing_steps, fanout, eps, seed, template,

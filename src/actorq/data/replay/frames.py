@@ -3,6 +3,10 @@
 1M 84x84 uint8 frames, 7.1 GB, where storing both stacked observations of each would take 56 GB
 of uint8 (four times that as float32).
 
+It is the replay an off-policy learner gets for an env that shows stacked uint8 frames
+(:func:`actorq.data.replay.make_replay` picks it): the writer hands it the actors' batches
+whole, and a sample holds one-step transitions with ``discount = gamma * (1 - terminated)``.
+
 Each env's steps go into a ring of its own, one slot per step: the newest frame of the step's
 observation, its action, reward and ends, and how many steps into its episode it is. A slot's
 observation is the newest frames of the slots before it, zeros before its episode's first (what
@@ -30,7 +34,7 @@ Example:
     >>> replay.extend(batch)
     >>> len(replay)  # each env's last step waits for its next observation's frame
     8
-    >>> sample = replay.sample(4)
+    >>> sample = replay.sample(4).batch
     >>> sample["observation"].shape, sample["observation"].dtype
     (torch.Size([4, 4, 84, 84]), torch.uint8)
 """
@@ -41,22 +45,34 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from actorq.data.replay.base import ReplayBuffer, Sample
 
-class FrameReplay:
+
+class FrameReplay(ReplayBuffer):
     """Uniform replay of transitions whose observations are stacks of ``stack`` frames.
 
     Args:
         capacity: slots in all (split evenly among the envs); a slot is a step, or the final
             frame of an episode.
-        envs: the collector batch's rows (each env keeps its own ring of slots).
+        envs: the envs whose steps it keeps, each in a ring of its own: every actor worker's
+            (a batch row of worker ``w``, as its ``"worker"`` record says, is that worker's env).
         frame_shape: one frame's shape.
         stack: frames per observation (the env's own stacking, oldest first).
+        gamma: the discount a sampled transition carries (``gamma`` unless it terminated).
+        seed: seeds the sampling generator.
     """
 
-    def __init__(self, capacity: int, envs: int, frame_shape: tuple[int, ...] = (84, 84), stack: int = 4):
+    takes_batches = True
+    """The writer hands it the actors' batches ``[envs, T]`` whole (it stacks the frames itself)."""
+
+    def __init__(self, capacity: int, envs: int, frame_shape: tuple[int, ...] = (84, 84), stack: int = 4,
+                 gamma: float = 0.99, seed: int = 0):
         if envs < 1 or capacity < envs * (stack + 2):
             raise ValueError(f"a frame replay needs at least {stack + 2} slots per env; got capacity {capacity} "
                              f"for {envs} envs")
+        self.capacity, self.gamma = capacity, gamma
+        self._rng = np.random.default_rng(seed)
+        self._rings: dict[tuple[int, int], int] = {}  # (worker, batch row) -> the env's ring
         self.envs, self.stack, self.frame_shape = envs, stack, tuple(frame_shape)
         self.slots = capacity // envs
         self.frames = np.zeros((envs, self.slots, *frame_shape), dtype=np.uint8)
@@ -75,23 +91,39 @@ class FrameReplay:
                                               self.terminated, self.done))
 
     def extend(self, batch: TensorDictBase) -> None:
-        """Stores a collector batch ``[envs, T]`` (``observation`` ``[envs, T, stack, *frame]``
-        uint8, ``action``, and ``next``'s ``observation``, ``reward``, ``terminated``, ``done``)."""
-        if batch.shape[0] != self.envs or batch.ndim != 2:
-            raise ValueError(f"expected a batch [envs={self.envs}, T], got {list(batch.shape)}")
+        """Stores a collector batch ``[rows, T]`` (``observation`` ``[rows, T, stack, *frame]``
+        uint8, ``action``, and ``next``'s ``observation``, ``reward``, ``terminated``, ``done``;
+        with a ``"worker"`` record, rows of different workers are different envs)."""
+        if batch.ndim != 2 or batch.shape[0] > self.envs:
+            raise ValueError(f"expected a batch [envs <= {self.envs}, T], got {list(batch.shape)}")
+        rings = self._rings_of(batch)
         newest = batch["observation"][:, :, -1].numpy()
         final = batch["next", "observation"][:, :, -1].numpy()
         action = batch["action"].reshape(batch.shape).numpy()
         reward = batch["next", "reward"].reshape(batch.shape).numpy()
         terminated = batch["next", "terminated"].reshape(batch.shape).numpy()
         done = batch["next", "done"].reshape(batch.shape).numpy()
-        for env in range(self.envs):
+        for row, env in enumerate(rings):
             for t in range(batch.shape[1]):
-                self._write(env, newest[env, t], self._next_step[env], action[env, t], reward[env, t],
-                            terminated[env, t], done[env, t])
-                if done[env, t]:  # the final observation's newest frame; the next step starts an episode
-                    self._write(env, final[env, t], -1, 0, 0.0, False, False)
+                self._write(env, newest[row, t], self._next_step[env], action[row, t], reward[row, t],
+                            terminated[row, t], done[row, t])
+                if done[row, t]:  # the final observation's newest frame; the next step starts an episode
+                    self._write(env, final[row, t], -1, 0, 0.0, False, False)
                     self._next_step[env] = 0
+
+    def _rings_of(self, batch: TensorDictBase) -> list[int]:
+        """The ring of each row of ``batch``: one per (worker, row), given out as they first come."""
+        workers = (batch["worker"][:, 0].tolist() if "worker" in batch.keys() else [0] * batch.shape[0])
+        rings = []
+        for row, worker in enumerate(workers):
+            key = (int(worker), row)
+            if key not in self._rings:
+                if len(self._rings) == self.envs:
+                    raise ValueError(f"a frame replay for {self.envs} envs got a batch from a further env "
+                                     f"(worker {worker}, row {row})")
+                self._rings[key] = len(self._rings)
+            rings.append(self._rings[key])
+        return rings
 
     def _write(self, env: int, frame: np.ndarray, episode_step: int, action, reward, terminated, done) -> None:
         slot = self.written[env] % self.slots
@@ -134,11 +166,30 @@ class FrameReplay:
         low, high = first % self.slots, end % self.slots or self.slots
         return [(low, high)] if low < high else [(low, self.slots), (0, high)]
 
-    def sample(self, size: int, generator: np.random.Generator | None = None) -> TensorDict:
-        """``size`` transitions drawn uniformly (:meth:`draw`): ``observation`` and
-        ``next_observation`` ``[size, stack, *frame]`` uint8, ``action``, ``reward``,
-        ``terminated``, ``done``."""
-        return self.transitions(*self.draw(size, generator or np.random.default_rng()))
+    def sample(self, batch_size: int, generator: np.random.Generator | None = None) -> Sample:
+        """``batch_size`` transitions drawn uniformly (:meth:`draw`, with the replay's own
+        generator unless one is given): ``observation`` and ``next_observation``
+        ``[batch_size, stack, *frame]`` uint8, ``action``, ``reward``, ``discount``,
+        ``terminated``, ``done``; weights all ones."""
+        env, slot = self.draw(batch_size, generator or self._rng)
+        indices = torch.from_numpy(env * self.slots + slot % self.slots)
+        return Sample(self.transitions(env, slot), indices, torch.ones(batch_size))
+
+    def observations(self, count: int) -> torch.Tensor:
+        """``count`` stored observations drawn uniformly, the sampling generator untouched
+        (for calibrating the actors' int8 copy)."""
+        if getattr(self, "_peek_generator", None) is None:
+            self._peek_generator = torch.Generator().manual_seed(len(self))
+        seed = int(torch.randint(2**31, (1,), generator=self._peek_generator))
+        return self.transitions(*self.draw(count, np.random.default_rng(seed)))["observation"]
+
+    def state_dict(self) -> dict:
+        """The sampling generator's state (the frames are not kept across a checkpoint)."""
+        return {"rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]
 
     def draw(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``size`` (env, absolute slot) pairs, uniform over the stored transitions: each draw
@@ -161,12 +212,14 @@ class FrameReplay:
     def transitions(self, env: np.ndarray, slot: np.ndarray) -> TensorDict:
         """The transitions that start at absolute slots ``slot`` of envs ``env`` (see
         :meth:`starts`)."""
+        terminated = self.terminated[env, slot % self.slots]
         return TensorDict({
             "observation": torch.from_numpy(self._stacks(env, slot)),
             "next_observation": torch.from_numpy(self._stacks(env, slot + 1)),
             "action": torch.from_numpy(self.action[env, slot % self.slots]),
             "reward": torch.from_numpy(self.reward[env, slot % self.slots]),
-            "terminated": torch.from_numpy(self.terminated[env, slot % self.slots]),
+            "discount": torch.from_numpy(np.where(terminated, 0.0, self.gamma).astype(np.float32)),
+            "terminated": torch.from_numpy(terminated),
             "done": torch.from_numpy(self.done[env, slot % self.slots]),
         }, batch_size=[len(slot)])
 

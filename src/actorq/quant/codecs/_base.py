@@ -75,6 +75,9 @@ class Codec:
                 what = spec.describe() if spec is not None else self.name
                 raise ConfigError(f"{what} has no kernels for a convolutional policy: use quant.bits=8 "
                                   "quant.mode=static (int8) or quant.bits=32")
+            if self.calibrated and spec is not None and spec.observer == "fixed":
+                raise ConfigError("quant.observer=fixed sets MLP activation ranges; a convolutional policy's are "
+                                  "calibrated on frames: use quant.observer=learned")
             return
         self.check_layout(layout)
 

@@ -113,7 +113,7 @@ class Int8Static(Codec):
     def reference(self, trunk, spec, calibration):
         if isinstance(trunk, nn.Sequential) and not _convolutional(trunk):
             return _ao.convert_static(trunk, calibration, spec)
-        return quantize_conv_policy(trunk, calibration, _engine(spec))
+        return quantize_conv_policy(trunk, calibration, _engine(spec), observer=spec.calibration)
 
 
 def _engine(spec) -> str:
