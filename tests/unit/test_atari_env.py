@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("ale_py")
 
@@ -180,3 +181,15 @@ def test_frames_equal_gymnasiums_atari_preprocessing_with_frame_stacking():
             break
     assert terminated  # a whole game
     theirs.close()
+
+
+def test_a_video_frame_is_the_newest_frame_the_agent_sees_four_times_larger():
+    from actorq.tools.video import agent_view
+
+    stack = np.zeros((4, 84, 84), dtype=np.uint8)
+    stack[-1, 10, 20] = 200  # the newest frame
+    stack[0, 0, 0] = 99  # an older one, not shown
+    image = agent_view(stack[None])  # as the env holds it: [1, 4, 84, 84]
+    assert image.shape == (336, 336, 3) and image.dtype == np.uint8
+    assert (image[40:44, 80:84] == 200).all() and image.sum() == 200 * 16 * 3
+    assert np.array_equal(agent_view(torch.from_numpy(stack)), image)  # as the policy is given it

@@ -16,6 +16,7 @@ import torch
 from actorq.run import learner_precision as lp
 from actorq.algos.base import Exploration
 from actorq.algos.dqn import DQN
+from actorq.algos.ppo import PPO
 from actorq.algos.td3 import TD3
 from actorq.run.checks import check_trainer
 from actorq.envs import EnvSpec
@@ -142,12 +143,20 @@ def test_learner_ranks_run_rank_zeros_decision(given, monkeypatch):
     assert lp.resolve_learner_precision("auto", td3(), accelerator="cpu") == rank0 and not calls
 
 
-@pytest.mark.parametrize("algo", ["td3", "dqn"])
+def learner_of(algo: str):
+    if algo == "td3":
+        return td3()
+    if algo == "dqn":
+        return DQN(EnvSpec(obs_dim=4, discrete=True, num_actions=2), Exploration(0.1), hidden=(16,), batch_size=8)
+    frames = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+    return PPO(frames, minibatch_size=4)  # on minibatches of a rollout of uint8 frames, a conv trunk
+
+
+@pytest.mark.parametrize("algo", ["td3", "dqn", "ppo_frames"])
 def test_measurement_times_both_and_leaves_the_learner_and_random_state_alone(algo):
     """TD3's target smoothing noise draws from the global generator: a run measured by auto
     must see the same random stream as one at an explicit precision."""
-    learner = td3() if algo == "td3" else DQN(EnvSpec(obs_dim=4, discrete=True, num_actions=2), Exploration(0.1),
-                                               hidden=(16,), batch_size=8)
+    learner = learner_of(algo)
     weights = {name: p.clone() for name, p in learner.named_parameters()}
     torch.manual_seed(0)
     expected = torch.rand(3)

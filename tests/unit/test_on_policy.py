@@ -204,7 +204,7 @@ def test_gathered_rounds_merge_batches_as_they_arrive_and_number_a_workers_batch
 
 @pytest.mark.parametrize(("setting", "message"), [
     ({"trainer": {"devices": 2}}, r"one learner rank only \(trainer.devices=1\)"),
-    ({"trainer": {"precision": "auto"}}, "trainer.precision=auto times off-policy updates"),
+    ({"trainer": {"precision": "auto"}}, r"trainer.precision=auto times one update on a minibatch \(update_minibatch\)"),
 ])
 def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message):
     from omegaconf import OmegaConf

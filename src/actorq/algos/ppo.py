@@ -235,14 +235,11 @@ class PPO(OnPolicyLearner):
         the share of steps whose ratio ``pi / pi_prox`` was outside ``1 +- clip`` (over every
         epoch, as SB3 logs it, and in the first epoch alone)."""
         rows = len(steps["advantage"])
-        optimizer = self.optimizers()
         sums = {"loss_policy": 0.0, "loss_value": 0.0, "entropy": 0.0}
         clipped = clipped_first_epoch = 0.0
         for epoch in range(self.epochs):
             for index in torch.randperm(rows).split(self.minibatch_size):
-                batch = {name: tensor[index] for name, tensor in steps.items()}
-                loss, terms, ratio = self._loss(batch, clip)
-                self.gradient_step(optimizer, loss, self.max_grad_norm)
+                terms, ratio = self.update_minibatch({name: tensor[index] for name, tensor in steps.items()}, clip)
                 for name in sums:
                     sums[name] += float(terms[name])
                 outside = float(((ratio - 1).abs() > clip).sum())
@@ -253,6 +250,16 @@ class PPO(OnPolicyLearner):
         means = {name: torch.tensor(total / updates) for name, total in sums.items()}
         return {**means, "clip_fraction": torch.tensor(clipped / (rows * self.epochs)),
                 "clip_fraction_first_epoch": torch.tensor(clipped_first_epoch / rows), "clip_range": torch.tensor(clip)}
+
+    def update_minibatch(self, batch: dict[str, torch.Tensor], clip: float | None = None
+                         ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One gradient update on a minibatch of :meth:`prepare`'s rows (``observation``,
+        ``action``, ``prox_log_prob``, ``advantage``, ``return``, ``weight``) with clip range
+        ``clip`` (``None``: where the run stands); its loss terms and the ratios ``pi / pi_prox``.
+        What ``trainer.precision=auto`` times."""
+        loss, terms, ratio = self._loss(batch, self.current_clip_range() if clip is None else clip)
+        self.gradient_step(self.optimizers(), loss, self.max_grad_norm)
+        return terms, ratio
 
     def _loss(self, batch: dict[str, torch.Tensor], clip: float) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """The decoupled clipped surrogate, the value loss and the entropy bonus of one minibatch."""

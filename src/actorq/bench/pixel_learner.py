@@ -158,7 +158,6 @@ def time_real_learner(trunk: str, rollouts: int) -> float:
     learner = PPO(spec, pixel_trunk=trunk, lr=LR, epochs=EPOCHS, minibatch_size=ENVS * STEPS // MINIBATCHES,
                   clip_range=CLIP, entropy_coef=ENTROPY_COEF, max_grad_norm=MAX_GRAD_NORM)
     without_trainer(learner, learner.make_optimizers())
-    learner.step_schedulers = lambda: None  # no Trainer: the learning rate stays put
 
     def rollout(tensors: dict[str, torch.Tensor]) -> TensorDict:
         def shaped(tensor):

@@ -85,9 +85,9 @@ def resolve_collection(cfg: DictConfig, learner) -> None:
     name = type(learner).__name__
     if cfg.trainer.get("devices", 1) != 1:
         raise ConfigError(f"{name} is an on-policy learner: one learner rank only (trainer.devices=1)")
-    if cfg.trainer.get("precision") == "auto":
-        raise ConfigError(f"trainer.precision=auto times off-policy updates; {name} is on-policy: "
-                          "set trainer.precision=32-true or bf16-mixed")
+    if cfg.trainer.get("precision") == "auto" and not hasattr(learner, "update_minibatch"):
+        raise ConfigError(f"trainer.precision=auto times one update on a minibatch (update_minibatch), which "
+                          f"{name} has not: set trainer.precision=32-true or bf16-mixed")
 
 
 def resolve_cadence(cfg: DictConfig, learner) -> None:

@@ -228,7 +228,7 @@ def cache_key(learner, device: str) -> str:
     shapes = ";".join(f"{name}:{tuple(p.shape)}" for name, p in learner.named_parameters())
     digest = hashlib.sha1(shapes.encode()).hexdigest()[:12]
     return (f"v{CACHE_VERSION} {device_name(device)} torch={torch.__version__} "
-            f"{type(learner).__name__} batch={learner.batch_size} params={digest}")
+            f"{type(learner).__name__} batch={update_size(learner)} params={digest}")
 
 
 def time_updates(
@@ -292,15 +292,22 @@ def time_updates(
     return {name: round(ms, 3) for name, ms in best.items()}
 
 
-def random_samples(learner, count: int, device: str = "cpu") -> list[Sample]:
-    """``count`` replay samples of ``learner.batch_size`` random transitions of its env's shape."""
-    spec, size = learner.spec, learner.batch_size
+def random_samples(learner, count: int, device: str = "cpu") -> list[Sample] | list[dict[str, torch.Tensor]]:
+    """``count`` replay samples of ``learner.batch_size`` random transitions of its env's shape,
+    or for a learner that updates on minibatches of a rollout (PPO) ``count`` such minibatches."""
+    spec, size = learner.spec, update_size(learner)
     generator = torch.Generator().manual_seed(0)
 
     def observations() -> torch.Tensor:
         if spec.pixels:
             return torch.randint(0, 256, (size, *spec.frame_shape), dtype=torch.uint8, generator=generator)
         return torch.randn(size, spec.obs_dim, generator=generator)
+
+    def minibatch() -> dict[str, torch.Tensor]:
+        action = one().batch["action"]
+        return {"observation": observations().to(device), "action": action.to(device),
+                "prox_log_prob": torch.zeros(size, device=device), "advantage": torch.randn(size, generator=generator).to(device),
+                "return": torch.randn(size, generator=generator).to(device), "weight": torch.ones(size, device=device)}
 
     def one() -> Sample:
         if spec.discrete:
@@ -314,12 +321,24 @@ def random_samples(learner, count: int, device: str = "cpu") -> list[Sample]:
                             "discount": torch.full((size,), learner.gamma)}, batch_size=[size])
         return Sample(batch.to(device), torch.arange(size), torch.ones(size, device=device))
 
-    return [one() for _ in range(count)]
+    return [minibatch() if on_minibatches(learner) else one() for _ in range(count)]
+
+
+def on_minibatches(learner) -> bool:
+    """Whether ``learner`` updates on minibatches of a rollout (PPO) rather than replay samples."""
+    return hasattr(learner, "update_minibatch")
+
+
+def update_size(learner) -> int:
+    """The transitions one update of ``learner`` reads: its batch, or its minibatch."""
+    return learner.minibatch_size if on_minibatches(learner) else learner.batch_size
 
 
 def without_trainer(learner, optimizers: list[torch.optim.Optimizer]) -> None:
-    """Rebinds, on this learner object only, the three Trainer services ``update`` uses."""
+    """Rebinds, on this learner object only, the Trainer services an update uses (optimizers,
+    schedulers, which stay put, backward and priorities)."""
     learner.optimizers = lambda: optimizers if len(optimizers) > 1 else optimizers[0]
+    learner.lr_schedulers = lambda: None  # the learning rate stays put
     learner.manual_backward = lambda loss: loss.backward()
     learner.feed_priorities = lambda sample, td_error: None
 
@@ -343,11 +362,15 @@ def _run(learner, context, samples: list[Sample], updates: int, device: str,
     times = []
     while len(times) < updates and not (times and times[-1] > stop_above):
         start = time.perf_counter()
+        sample = samples[learner.learner_steps % len(samples)]
         with context():
-            learner.update(samples[learner.learner_steps % len(samples)])
-        learner.learner_steps += 1
-        if learner.learner_steps % learner.target_update_period == 0:
-            learner.update_targets()
+            if on_minibatches(learner):
+                learner.update_minibatch(sample)  # counts its step itself
+            else:
+                learner.update(sample)
+                learner.learner_steps += 1
+                if learner.learner_steps % learner.target_update_period == 0:
+                    learner.update_targets()
         if device == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
