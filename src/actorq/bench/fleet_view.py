@@ -11,7 +11,7 @@ Measured apart, each pinned to a core of its own (``actors.cores``):
   as a run pushes it, int8 static or fp32) collecting ``ppo_breakout``'s batches of 8 envs x
   128 steps with nobody training: ``a`` frames/s;
 - **the learner**: ``ppo_breakout``'s PPO update of one rollout (:func:`actorq.bench.pixel_learner.time_real_learner`)
-  with the learner's threads (one core here): ``L`` frames/s, or ``--learner-fps`` for a learner
+  on one core, at ``--learner-precision``: ``L`` frames/s, or ``--learner-fps`` for a learner
   measured elsewhere (a GPU);
 - **a push**: encoding the policy at the actors' precision (calibrating the int8 copy) and
   measuring its KL, once per rollout: ``p`` seconds.
@@ -53,6 +53,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--game", default="breakout")
     parser.add_argument("--trunks", nargs="+", default=["nature"], choices=["nature", "impala"])
     parser.add_argument("--cores", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="actor cores to predict for")
+    parser.add_argument("--learner-precision", default="32-true", choices=["32-true", "bf16-mixed"],
+                        help="trainer.precision of the learner measured and of the check runs")
     parser.add_argument("--learner-fps", type=float, default=None,
                         help="the learner's frames/s, measured elsewhere (default: measured here on one core)")
     parser.add_argument("--check", type=int, nargs="*", default=[1], help="actor cores of real runs beside the prediction")
@@ -165,7 +167,8 @@ def predicted(actor: float, learner: float, push: float, cores: int) -> dict[str
     return {"lockstep": frames / (frames / (cores * actor) + learn), "async": min(cores * actor, frames / learn)}
 
 
-def measured_run_fps(game: str, trunk: str, bits: int, workers: int, rollouts: int, runs_dir: Path) -> float:
+def measured_run_fps(game: str, trunk: str, bits: int, workers: int, rollouts: int, runs_dir: Path,
+                     learner_precision: str = "32-true") -> float:
     """Steady frames/s of a real ``ppo_breakout``-style run: ``workers`` actor workers on
     cores 1..workers, the learner in this process on core 0 with one thread."""
     from hydra import compose, initialize_config_module
@@ -173,13 +176,14 @@ def measured_run_fps(game: str, trunk: str, bits: int, workers: int, rollouts: i
     from actorq.bench._runs import steady_frames_per_s
     from actorq.train import train
 
-    run_dir = runs_dir / f"{trunk}-{bits}-{workers}"
+    run_dir = runs_dir / f"{trunk}-{bits}-{workers}-{learner_precision}"
     overrides = ["+experiment=ppo_breakout", f"env.name={game}", f"algo.pixel_trunk={trunk}", f"quant.bits={bits}",
                  f"actors.num_workers={workers}", f"actors.cores=[{','.join(map(str, cores_for(workers)))}]",
                  f"actors.frames_per_batch={FRAMES_PER_ROLLOUT // workers}",
                  f"actors.envs_per_worker={max(1, ENVS // workers)}",
                  f"actors.total_frames={FRAMES_PER_ROLLOUT * rollouts}", "~callbacks.evaluation",
                  "~callbacks.carbon", "callbacks=no_checkpoint", "trainer.enable_progress_bar=false",
+                 f"trainer.precision={learner_precision}",
                  f"run_dir={run_dir}"]
     with initialize_config_module("actorq.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -195,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     runs_dir = Path(tempfile.mkdtemp(prefix="actorq-fleet-"))
     for trunk in args.trunks:
         with on_core(learner_core):
-            learner = args.learner_fps or FRAMES_PER_ROLLOUT / time_real_learner(trunk, args.rollouts)
+            precision = "bf16" if args.learner_precision == "bf16-mixed" else "fp32"
+            learner = args.learner_fps or FRAMES_PER_ROLLOUT / time_real_learner(trunk, args.rollouts, precision)
         for name, bits in PRECISIONS.items():
             actor = actor_fps(args.game, trunk, bits, actor_core, args.rollouts)
             with on_core(learner_core):
@@ -204,9 +209,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                   f"push {1e3 * push:.0f} ms", flush=True)
             for cores in sorted(set(args.cores) | set(args.check)):
                 fps = predicted(actor, learner, push, cores)
-                measured = (measured_run_fps(args.game, trunk, bits, cores, args.check_rollouts, runs_dir)
+                measured = (measured_run_fps(args.game, trunk, bits, cores, args.check_rollouts, runs_dir,
+                                             args.learner_precision)
                             if cores in args.check else float("nan"))
-                rows.append({"trunk": trunk, "actors": name, "actor_cores": cores, "actor_fps_per_core": actor,
+                rows.append({"trunk": trunk, "learner": args.learner_precision, "actors": name, "actor_cores": cores,
+                             "actor_fps_per_core": actor,
                              "learner_fps": learner, "push_ms": 1e3 * push, "predicted_lockstep_fps": fps["lockstep"],
                              "predicted_async_fps": fps["async"], "measured_lockstep_fps": measured})
                 if cores in args.check:

@@ -144,9 +144,10 @@ def time_update_loop(trunk: str, device_name: str, precision: str, rollouts: int
     return min(seconds[1:])  # the best rollout: what the update costs when nothing else runs
 
 
-def time_real_learner(trunk: str, rollouts: int) -> float:
+def time_real_learner(trunk: str, rollouts: int, precision: str = "fp32") -> float:
     """Seconds per rollout of actorq's own PPO learner (``update_rollout``) on the CPU, with
-    ``ppo_breakout``'s settings."""
+    ``ppo_breakout``'s settings, its updates under bf16 autocast with ``precision="bf16"``
+    (what ``trainer.precision=bf16-mixed`` runs)."""
     from tensordict import TensorDict
 
     from actorq.algos.ppo import PPO
@@ -172,10 +173,12 @@ def time_real_learner(trunk: str, rollouts: int) -> float:
 
     generator = torch.Generator().manual_seed(0)
     data = [rollout(synthetic_rollout(generator)) for _ in range(2)]
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
     seconds = []
     for i in range(rollouts + 1):
         started = time.perf_counter()
-        learner.update_rollout(data[i % 2])
+        with autocast:
+            learner.update_rollout(data[i % 2])
         seconds.append(time.perf_counter() - started)
     return min(seconds[1:])  # the best rollout: what the update costs when nothing else runs
 
@@ -197,9 +200,9 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 seconds = time_update_loop(trunk, device, precision, args.rollouts)
                 rows.append({"trunk": trunk, "device": device_label(device), "precision": precision,
                              "what": "update loop", "ms_per_rollout": 1e3 * seconds, "learner_fps": frames / seconds})
-            if args.check_learner and device == "cpu":
-                seconds = time_real_learner(trunk, args.rollouts)
-                rows.append({"trunk": trunk, "device": device_label(device), "precision": "fp32",
+            for precision in args.precisions if args.check_learner and device == "cpu" else ():
+                seconds = time_real_learner(trunk, args.rollouts, precision)
+                rows.append({"trunk": trunk, "device": device_label(device), "precision": precision,
                              "what": "actorq PPO learner", "ms_per_rollout": 1e3 * seconds,
                              "learner_fps": frames / seconds})
     return rows

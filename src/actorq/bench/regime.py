@@ -140,6 +140,11 @@ def heatmap(rows: list[dict], widths: list[int], ratios: list[float], precisions
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    fleet = fleet_argv(list(sys.argv[1:] if argv is None else argv))
+    if fleet is not None:
+        from actorq.bench import fleet_view
+
+        return fleet_view.parse_args(fleet)
     parser = argparse.ArgumentParser(prog="actorq bench regime", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cheetah-run")
     parser.add_argument("--widths", type=int, nargs="+", default=[256, 1024, 2048])
@@ -173,12 +178,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+FLEET = ("--fleet", "fleet=true")
+"""What switches ``bench regime`` to the fleet view (:mod:`actorq.bench.fleet_view`)."""
+
+
+def fleet_argv(argv: Sequence[str]) -> list[str] | None:
+    """The fleet view's arguments when ``argv`` asks for it, else ``None``."""
+    return [arg for arg in argv if arg not in FLEET] if any(arg in FLEET for arg in argv) else None
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--fleet" in argv or "fleet=true" in argv:  # PPO on Atari: N actor cores beside one learner
-        from actorq.bench.fleet_view import main as fleet_view
+    fleet = fleet_argv(argv)
+    if fleet is not None:  # PPO on Atari: N actor cores beside one learner
+        from actorq.bench import fleet_view
 
-        return fleet_view([arg for arg in argv if arg not in ("--fleet", "fleet=true")])
+        return fleet_view.main(fleet)
     args = parse_args(argv)
     torch.set_num_threads(1)
     spec = EnvSpec.from_env(make_env(args.env, seed=0))
