@@ -79,6 +79,7 @@ TINY = (
     "algo.batch_size=32",
     "eval.every_frames=300",
     "eval.episodes=1",
+    "eval.max_steps=1000",  # every shipped env's episode fits; an Atari game would run to 27000
 )
 """Overrides that make any experiment finish in seconds (a smoke run, not a learning run)."""
 
@@ -89,5 +90,6 @@ TINY_ON_POLICY = (
     "algo.minibatch_size=64",
     "eval.every_frames=256",
     "eval.episodes=1",
+    "eval.max_steps=1000",
 )
 """:data:`TINY` for an on-policy experiment (no replay: no learning starts, no random frames)."""

@@ -18,7 +18,7 @@ from actorq.util.errors import ConfigError
 CONF = Path(actorq.conf.__file__).resolve().parent
 ALGOS = sorted(path.stem for path in (CONF / "algo").glob("*.yaml"))
 ENVS = sorted(path.stem for path in (CONF / "env").glob("*.yaml"))
-DISCRETE_ENVS = {"cartpole"}
+DISCRETE_ENVS = {"cartpole", "breakout", "pong"}
 ACTS_IN = {"dqn": "discrete", "ppo": "any"}  # the rest act in continuous spaces
 
 
@@ -28,8 +28,8 @@ def supports(algo: str, env: str) -> bool:
 
 
 def test_the_lists_cover_what_ships():
-    assert len(ALGOS) == 6 and len(ENVS) == 7
-    assert sum(supports(algo, env) for algo in ALGOS for env in ENVS) == 1 + 7 + 4 * 6
+    assert len(ALGOS) == 6 and len(ENVS) == 9
+    assert sum(supports(algo, env) for algo in ALGOS for env in ENVS) == 3 + 9 + 4 * 6
 
 
 @pytest.mark.parametrize("algo", ALGOS)

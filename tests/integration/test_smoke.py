@@ -30,7 +30,11 @@ def tiny_overrides(cfg_algo_target):
     return [*TINY, *small_network_overrides(cfg_algo_target), "replay.capacity=2000"]
 
 
-@pytest.mark.parametrize("name", experiments())
+RUN_ELSEWHERE = {"ppo_breakout", "dqn_breakout"}
+"""Experiments whose short run has a test of its own (``tests/integration/test_atari.py``)."""
+
+
+@pytest.mark.parametrize("name", [name for name in experiments() if name not in RUN_ELSEWHERE])
 def test_experiment_smoke_runs(make_cfg, name, tmp_path):
     base = make_cfg(f"+experiment={name}")
     cfg = make_cfg(f"+experiment={name}", *tiny_overrides(base.algo._target_))
