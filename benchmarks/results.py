@@ -54,6 +54,8 @@ class Task:
     peer_kwargs: dict = field(default_factory=dict)
     eval_every: int = 5000
     eval_episodes: int = 10
+    eval_deterministic: bool = True  # False: sampled actions on both sides (RL Zoo's Atari evaluation)
+    atari_game: str | None = None  # the peer's evaluation plays in our Atari env of this game
     estimate_s: float = 600.0  # per cell, for the ETA until cells of the task have finished (docs/results.md#budget)
 
     def scaled(self, scale: float) -> int:
@@ -148,6 +150,19 @@ SUITE = {
                                             net_arch=dict(pi=[256, 256], vf=[256, 256]))),
         eval_every=50_000, estimate_s=1200.0,
     ),
+    # CleanRL's ppo_atari settings (conf/experiment/ppo_breakout.yaml) on both sides, SB3 with
+    # RL Zoo's Atari env (AtariWrapper, 4 frames stacked) and CnnPolicy (the Nature-CNN, one
+    # trunk under the policy and the value, orthogonal init); our learner at trainer.precision
+    # auto. Evaluation samples the policy (eval.deterministic=false) on whole games, raw score.
+    "ppo_breakout": Task(
+        "ppo_breakout", "BreakoutNoFrameskip-v4", 1_000_000,
+        ours=("+experiment=ppo_breakout",),
+        peer="PPO",
+        peer_kwargs=dict(n_envs=8, vec_env="dummy", n_steps=128, batch_size=256, n_epochs=4, gamma=0.99,
+                         gae_lambda=0.95, learning_rate="lin_2.5e-4", clip_range=0.1, ent_coef=0.01, vf_coef=0.5,
+                         max_grad_norm=0.5),
+        eval_every=250_000, eval_episodes=10, eval_deterministic=False, atari_game="breakout", estimate_s=4000.0,
+    ),
 }
 ON_POLICY = results_regime.ON_POLICY  # no replay: no learning_starts to shorten in a quick budget
 @dataclass(frozen=True)
@@ -225,7 +240,8 @@ def run_ours(task: Task, bits: int, seed: int, budget: Budget, run_dir: Path) ->
 
     overrides = [*task.ours, f"quant.bits={bits}", f"seed={seed}", f"run_dir={run_dir}",
                  f"actors.total_frames={budget.frames}", f"eval.every_frames={budget.eval_every}",
-                 f"eval.episodes={budget.eval_episodes}", "callbacks=no_checkpoint", "~callbacks.carbon",
+                 f"eval.episodes={budget.eval_episodes}", f"eval.deterministic={str(task.eval_deterministic).lower()}",
+                 "callbacks=no_checkpoint", "~callbacks.carbon",
                  "trainer.enable_progress_bar=false"]
     if budget.learning_starts is not None and task.name not in ON_POLICY:
         overrides += [f"algo.learning_starts={budget.learning_starts}",

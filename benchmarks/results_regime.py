@@ -35,7 +35,7 @@ PROBE_FRAMES = 20_480  # 80 batches of 256: the rate settles well inside it for 
 QUICK_PROBE_FRAMES = 2_048
 PRECISIONS = {"fp32": 32, "int8": 8}
 # Tasks of on-policy learners: they collect in lock-step (lockstep_frames_per_s).
-ON_POLICY = {"ppo_cartpole", "ppo_half_cheetah"}
+ON_POLICY = {"ppo_cartpole", "ppo_half_cheetah", "ppo_breakout"}
 
 
 def probe_path(out_dir: Path, task: str) -> Path:

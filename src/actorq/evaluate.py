@@ -1,6 +1,6 @@
-"""``actorq evaluate RUN_DIR [key=value ...]``: play a trained run's greedy policy.
+"""``actorq evaluate RUN_DIR [key=value ...]``: play a trained run's policy.
 
-Loads the run with :func:`actorq.load`, plays ``episodes`` greedy episodes the way the run's
+Loads the run with :func:`actorq.load`, plays ``episodes`` episodes the way the run's
 evaluation does (a lean batch of envs, :func:`actorq.envs.rollout_return`) and prints the
 mean return ± its standard deviation; with ``video=true`` it also writes the first episode
 as an mp4 (:mod:`actorq.tools.video`). Exit codes: 0 done, 2 bad input (one line
@@ -10,11 +10,11 @@ unknown key, a bad value, no renderer for the video, an env that cannot render).
 Example:
     >>> parse_args(["outputs/run", "episodes=3", "policy=quantized"])  # doctest: +NORMALIZE_WHITESPACE
     Options(run_dir=PosixPath('outputs/run'), ckpt='last', episodes=3, policy='quantized', video=False,
-            video_path=None, video_steps=None, seed=None)
+            video_path=None, video_steps=None, seed=None, deterministic=None)
     >>> parse_args(["outputs/run", "episode=3"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    actorq.util.errors.ConfigError: unknown key 'episode'; the keys are ckpt, episodes, policy, video, video_path, video_steps, seed
+    actorq.util.errors.ConfigError: unknown key 'episode'; the keys are ckpt, episodes, policy, video, video_path, video_steps, seed, deterministic
 """
 
 from __future__ import annotations
@@ -31,18 +31,20 @@ from actorq.util.errors import ConfigError
 PROG = "actorq.evaluate"
 USAGE = """usage: actorq evaluate RUN_DIR [key=value ...]
 
-Plays the greedy policy of a run trained by `actorq train` and prints its mean return.
+Plays the policy of a run trained by `actorq train` and prints its mean return.
 
 keys:
   ckpt=last|PATH             checkpoint: last (checkpoints/last.ckpt), a path, or a file name
                              in RUN_DIR/checkpoints/ (default: last)
-  episodes=N                 greedy episodes to play (default: 10)
+  episodes=N                 episodes to play (default: 10)
   policy=learner|quantized   the learner's fp32 policy or the actors' reduced-precision copy
                              (default: learner)
   video=true|false           also write the first episode as an mp4 (default: false)
   video_path=PATH            where (default: RUN_DIR/videos/eval-<ckpt>-<policy>.mp4)
   video_steps=N              record at most N steps of the episode (default: all of it)
   seed=N                     the first episode's seed (default: the run's seed)
+  deterministic=true|false   greedy actions, or sampled from a stochastic policy (PPO)
+                             (default: as the run's evaluation, eval.deterministic)
 """
 
 
@@ -58,6 +60,7 @@ class Options:
     video_path: Path | None = None
     video_steps: int | None = None
     seed: int | None = None
+    deterministic: bool | None = None
 
 
 KEYS = tuple(field.name for field in dataclasses.fields(Options))[1:]
@@ -88,9 +91,9 @@ def _value(key: str, value: str):
         if key != "seed" and number <= 0:
             raise ConfigError(f"episodes={value}: must be positive")
         return number
-    if key == "video":
+    if key in ("video", "deterministic"):
         if value.lower() not in TRUE + FALSE:
-            raise ConfigError(f"video={value}: must be true or false")
+            raise ConfigError(f"{key}={value}: must be true or false")
         return value.lower() in TRUE
     if key == "video_path":
         return Path(value).expanduser()
@@ -117,7 +120,7 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
             choose_gl()
     agent = load(options.run_dir, options.ckpt, options.policy)
     seed = agent.config.get("seed", 0) if options.seed is None else options.seed
-    returns = agent.evaluate(options.episodes, seed)
+    returns = agent.evaluate(options.episodes, seed, options.deterministic)
     report(f"{agent.config.env.name}, {agent.policy} policy ({agent.precision}), {agent.checkpoint.name}: "
            f"return {format_returns(returns)}")
     if options.video:

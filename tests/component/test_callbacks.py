@@ -127,3 +127,39 @@ def test_a_checkpoint_from_before_the_push_rename_restores_the_count():
     restored = PolicyPush(every_n_steps=10)
     restored.load_state_dict({"last_step": 40, "broadcasts": 4})
     assert (restored.last_step, restored.pushes) == (40, 4)
+
+
+def test_sampled_evaluation_draws_from_the_policy_of_each_precision():
+    """``eval.deterministic=false`` plays the policies' ``sample`` (here: always the other
+    action than the greedy one), for the fp32 policy and the actors' copy; a learner whose
+    policy cannot sample is refused before the run starts."""
+    from types import SimpleNamespace
+
+    from actorq.envs import make_batched_env
+    from actorq.quant import QuantSpec
+    from actorq.util.errors import ConfigError
+
+    class Policy(torch.nn.Module):
+        def forward(self, observation):  # greedy: lean towards the pole (returns of a few dozen)
+            return torch.nn.functional.one_hot((observation[..., 2] > 0).long(), 2).float()
+
+        def sample(self, observation):  # away from it: the pole falls within a dozen steps
+            return (observation[..., 2] <= 0).long()
+
+    experience = SimpleNamespace(
+        spec=SimpleNamespace(seed=0), quant=QuantSpec(bits=8), actor_policy=SimpleNamespace(network=Policy()),
+        make_eval_env=lambda episodes, seed: make_batched_env("CartPole-v1", episodes, seed=seed, library="gymnasium"),
+    )
+    learner = SimpleNamespace(behaviour_network=Policy(), device=torch.device("cpu"), frames=10, stochastic=True,
+                              spec=SimpleNamespace(discrete=True))
+    learner.act = lambda observation: learner.behaviour_network(observation).argmax(-1)
+    trainer = SimpleNamespace(datamodule=experience, logger=None)
+    greedy, sampled = Evaluation(every_frames=10, episodes=5), Evaluation(every_frames=10, episodes=5,
+                                                                          deterministic=False)
+    for evaluation in (greedy, sampled):
+        evaluation.on_fit_start(trainer, learner)
+        evaluation.evaluate(trainer, learner)
+    assert sampled.history_quant == sampled.history
+    assert sampled.history[0][1] < 15 < greedy.history[0][1], (sampled.history, greedy.history)
+    with pytest.raises(ConfigError, match="eval.deterministic=false samples actions from a stochastic policy"):
+        sampled.on_fit_start(trainer, SimpleNamespace(stochastic=False))

@@ -1,5 +1,5 @@
-"""Evaluation: deterministic episodes of the learner's fp32 policy (and of the actors'
-quantized copy) on a schedule.
+"""Evaluation: episodes of the learner's fp32 policy (and of the actors' quantized copy) on
+a schedule, greedy by default or sampled from a stochastic policy.
 
 The environment, the seed and the actors' policy come from the experience pipeline
 (``trainer.datamodule``).
@@ -17,17 +17,21 @@ import statistics
 import time
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from actorq.callbacks.schedule import Every
 from actorq.envs import rollout_return
+from actorq.util.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
 class Evaluation(Callback):
-    """Runs ``episodes`` greedy episodes every ``every_frames`` env frames and at the end.
+    """Runs ``episodes`` episodes every ``every_frames`` env frames and at the end: greedy, or
+    with ``deterministic=False`` sampled from a stochastic policy (PPO's), as RL Zoo evaluates
+    Atari, where a greedy young policy can stop pressing FIRE and play out the clock.
 
     Logs ``eval/return_mean`` and ``eval/return_std`` for the learner's fp32 policy, and
     ``eval/return_mean_quant`` for the reduced-precision policy the actors run (when it is
@@ -50,12 +54,16 @@ class Evaluation(Callback):
             then counts with the return it has.
         seed_offset: the ``k``-th evaluation (from 0) seeds its environment with the run's
             seed plus this plus ``k``.
+        deterministic: greedy actions (``eval.deterministic``); ``False`` samples them from
+            the policy's distribution, which only a stochastic policy (PPO) has.
     """
 
-    def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000, max_steps: int = 100_000):
+    def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000, max_steps: int = 100_000,
+                 deterministic: bool = True):
         self.every_frames = every_frames
         self.episodes = episodes
         self.max_steps = max_steps
+        self.deterministic = deterministic
         self.seed_offset = seed_offset
         self.schedule = Every(every_frames)
         self.history: list[tuple[int, float]] = []
@@ -89,6 +97,12 @@ class Evaluation(Callback):
         return self.schedule.due(frames)
 
     @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module) -> None:
+        if not self.deterministic and not pl_module.stochastic:
+            raise ConfigError(f"eval.deterministic=false samples actions from a stochastic policy; "
+                              f"{type(pl_module).__name__}'s policy is deterministic: set eval.deterministic=true")
+
+    @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.sanity_checking or not self.should_update(pl_module.frames):
             return
@@ -108,13 +122,15 @@ class Evaluation(Callback):
         if self._env is None:
             self._env = experience.make_eval_env(self.episodes, seed)
         self._env.set_seed(seed)
-        returns = rollout_return(self._env, pl_module.act, self.episodes, self.max_steps)
+        act = pl_module.act if self.deterministic else sampled(pl_module.behaviour_network, pl_module.device)
+        returns = rollout_return(self._env, act, self.episodes, self.max_steps)
         mean = statistics.fmean(returns)
         self.history.append((pl_module.frames, mean))
         metrics = {"eval/return_mean": mean, "eval/return_std": statistics.pstdev(returns)}
         if not experience.quant.is_full_precision:
             started = time.perf_counter()
-            act = greedy(experience.actor_policy.network, pl_module.spec.discrete)
+            network = experience.actor_policy.network
+            act = greedy(network, pl_module.spec.discrete) if self.deterministic else sampled(network)
             self._env.set_seed(seed)  # the fp32 policy's episodes again
             mean_quant = statistics.fmean(rollout_return(self._env, act, self.episodes, self.max_steps))
             self.history_quant.append((pl_module.frames, mean_quant))
@@ -141,6 +157,16 @@ class Evaluation(Callback):
         self.history = [tuple(item) for item in state_dict["history"]]
         self.history_quant = [tuple(item) for item in state_dict.get("history_quant", [])]
         self.quant_seconds = state_dict.get("quant_seconds", 0.0)
+
+
+def sampled(network, device=None):
+    """``obs -> action`` drawn from a stochastic policy network's distribution."""
+
+    def act(observation):
+        with torch.no_grad():
+            return network.sample(observation if device is None else observation.to(device)).cpu()
+
+    return act
 
 
 def greedy(network, discrete: bool):

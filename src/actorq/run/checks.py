@@ -40,7 +40,7 @@ POSITIVE_INTEGERS = ("actors.num_workers", "actors.envs_per_worker", "actors.fra
                      "eval.every_frames", "eval.episodes", "eval.max_steps")
 NON_NEGATIVE_INTEGERS = ("actors.init_random_frames", "actors.max_restarts", "algo.learning_starts")
 BOOLEANS = ("actors.restart_on_failure", "actors.lean_envs", "replay.prioritized", "replay.shared",
-            "replay.checkpoint", "algo.double", "algo.batch_critics", "algo.critic_layer_norm", "algo.compile_losses")
+            "replay.checkpoint", "eval.deterministic", "algo.double", "algo.batch_critics", "algo.critic_layer_norm", "algo.compile_losses")
 ACTOR_BACKENDS = ("process", "ray")
 COLLECTIONS = ("auto", "async", "lockstep")  # auto: by the learner's family (actorq.train)
 # "auto" (actorq.run.learner_precision) and what lightning.Trainer accepts

@@ -100,14 +100,18 @@ class Agent:
         action = action.squeeze(0) if single else action
         return action.numpy() if as_numpy else action
 
-    def evaluate(self, episodes: int = 10, seed: int | None = None) -> list[float]:
-        """The returns of ``episodes`` greedy episodes, played as the run's evaluation plays them
-        (seeded from ``seed``, by default the run's own); Stable-Baselines3's
-        ``evaluate_policy`` as a method."""
+    def evaluate(self, episodes: int = 10, seed: int | None = None, deterministic: bool | None = None) -> list[float]:
+        """The returns of ``episodes`` episodes, played as the run's evaluation plays them
+        (seeded from ``seed``, by default the run's own; greedy, or sampled where
+        ``deterministic`` is False, by default as the run's ``eval.deterministic``);
+        Stable-Baselines3's ``evaluate_policy`` as a method."""
         if not (isinstance(episodes, int) and episodes > 0):
             raise ConfigError(f"episodes={episodes!r}: must be a positive integer")
         seed = self.config.get("seed", 0) if seed is None else seed
-        return rollout_return(self.make_eval_env(episodes, seed), self.act, episodes)
+        if deterministic is None:
+            deterministic = bool(self.config.get("eval", {}).get("deterministic", True))
+        act = self.act if deterministic else (lambda observation: self.predict(observation, deterministic=False)[0])
+        return rollout_return(self.make_eval_env(episodes, seed), act, episodes)
 
     def export(self, path: str | Path, bits: int | None = None) -> Path:
         """Writes the actors' policy of this agent's checkpoint as one TorchScript file (what
