@@ -21,6 +21,7 @@ from actorq.algos.td3 import TD3
 from actorq.run.checks import check_trainer
 from actorq.envs import EnvSpec
 from actorq.util.errors import ConfigError
+from actorq.util.memory_format import has_layout_choice, uses_channels_last
 
 PENDULUM = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
 
@@ -79,7 +80,8 @@ def test_auto_runs_the_faster_and_says_why(given):
     assert decided.timings_ms == {"32-true": 30.0, "bf16-mixed": 10.0}
     assert "3.00x faster" in decided.reason
     summary = decided.summary()
-    assert set(summary) == {"precision", "choice", "reason", "timings_ms", "cached"}
+    assert set(summary) == {"precision", "choice", "reason", "timings_ms", "cached", "channels_last"}
+    assert not decided.channels_last and "channels-last" not in decided.reason  # an MLP has no layout to choose
     json.dumps(summary)  # goes into summary.json as it is
 
 
@@ -216,3 +218,27 @@ def test_a_cache_entry_without_both_timings_is_measured_again(given):
     lp.cache_path().write_text(json.dumps({lp.cache_key(learner, "cpu"): {"32-true": 30.0}}))
     assert lp.resolve_learner_precision("auto", learner, accelerator="cpu").timings_ms["bf16-mixed"] == 10.0
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(("timings", "picked", "channels_last"), [
+    ({"32-true": 200.0, "bf16-mixed": 110.0, "32-true channels-last": 150.0, "bf16-mixed channels-last": 108.0},
+     "bf16-mixed", False),  # Nature-CNN here: channels-last gains nothing at bf16
+    ({"32-true": 1900.0, "bf16-mixed": 1080.0, "32-true channels-last": 1200.0, "bf16-mixed channels-last": 630.0},
+     "bf16-mixed", True),  # IMPALA-CNN here
+    ({"32-true": 200.0, "bf16-mixed": 180.0, "32-true channels-last": 120.0, "bf16-mixed channels-last": 170.0},
+     "32-true", True),  # fp32 channels-last beats bf16 either way
+])
+def test_auto_picks_the_layout_of_a_conv_learner_with_its_precision(given, timings, picked, channels_last):
+    given(timings)
+    decided = lp.resolve_learner_precision("auto", learner_of("ppo_frames"), accelerator="cpu")
+    assert (decided.precision, decided.channels_last) == (picked, channels_last)
+    assert f"channels-last {'kept' if channels_last else 'not kept'}" in decided.reason
+
+
+def test_a_conv_learner_is_timed_at_both_layouts_and_left_as_it_was():
+    learner = learner_of("ppo_frames")
+    assert lp.candidates(learner) == ("32-true", "bf16-mixed", "32-true channels-last", "bf16-mixed channels-last")
+    timings = lp.time_updates(learner, lp.candidates(learner), rounds=1, max_rounds=1)
+    assert set(timings) == set(lp.candidates(learner)) and all(ms > 0 for ms in timings.values())
+    assert has_layout_choice(learner) and not uses_channels_last(learner)
+    assert lp.candidates(td3()) == ("32-true", "bf16-mixed")

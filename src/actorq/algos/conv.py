@@ -33,7 +33,26 @@ FRAME_SIZE = 84
 """The height and width of the frames the trunks take (the Atari preprocessing's)."""
 
 
-class NatureCNN(nn.Module):
+class PixelTrunk(nn.Module):
+    """What both trunks share: uint8 frames scaled to [0, 1], then ``convs`` and ``linear``,
+    with the activations laid out channels-last where ``channels_last`` is set (chosen by
+    measurement: :mod:`actorq.util.memory_format`). Subclasses build ``convs`` and ``linear``."""
+
+    def __init__(self, in_channels: int, features: int):
+        super().__init__()
+        self.features = features
+        self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
+        self.pixel_scale = PIXEL_SCALE  # an attribute, not a global: TorchScript exports read it
+        self.channels_last = False
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        x = frames.float() * self.pixel_scale
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.linear(self.convs(x))
+
+
+class NatureCNN(PixelTrunk):
     """The DQN Nature paper's trunk for ``in_channels`` stacked 84x84 frames.
 
     Args:
@@ -42,7 +61,7 @@ class NatureCNN(nn.Module):
     """
 
     def __init__(self, in_channels: int, features: int = 512):
-        super().__init__()
+        super().__init__(in_channels, features)
         self.convs = nn.Sequential(
             nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
@@ -50,12 +69,6 @@ class NatureCNN(nn.Module):
             nn.Flatten(),
         )
         self.linear = nn.Sequential(nn.Linear(64 * 7 * 7, features), nn.ReLU())
-        self.features = features
-        self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
-        self.pixel_scale = PIXEL_SCALE  # an attribute, not a global: TorchScript exports read it
-
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.convs(frames.float() * self.pixel_scale))
 
 
 class ResidualBlock(nn.Module):
@@ -72,7 +85,7 @@ class ResidualBlock(nn.Module):
         return x + self.conv1(self.relu1(self.conv0(self.relu0(x))))
 
 
-class ImpalaCNN(nn.Module):
+class ImpalaCNN(PixelTrunk):
     """IMPALA's deep trunk for ``in_channels`` stacked 84x84 frames.
 
     Args:
@@ -82,7 +95,7 @@ class ImpalaCNN(nn.Module):
     """
 
     def __init__(self, in_channels: int, channels: Sequence[int] = (16, 32, 32), features: int = 256):
-        super().__init__()
+        super().__init__(in_channels, features)
         stages, size, previous = [], FRAME_SIZE, in_channels
         for width in channels:
             stages += [nn.Conv2d(previous, width, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
@@ -90,12 +103,6 @@ class ImpalaCNN(nn.Module):
             previous, size = width, (size + 1) // 2
         self.convs = nn.Sequential(*stages, nn.ReLU(), nn.Flatten())
         self.linear = nn.Sequential(nn.Linear(previous * size * size, features), nn.ReLU())
-        self.features = features
-        self.frame_shape = (in_channels, FRAME_SIZE, FRAME_SIZE)
-        self.pixel_scale = PIXEL_SCALE  # an attribute, not a global: TorchScript exports read it
-
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.convs(frames.float() * self.pixel_scale))
 
 
 TRUNKS = {"nature": NatureCNN, "impala": ImpalaCNN}

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from actorq.quant._ao import DEFAULT_ENGINE, convert_static_fx, saturates_full_range
+from actorq.util.memory_format import set_channels_last
 
 CALIBRATION_CHUNK = 64
 """Frames per calibration forward (what the observers see at once does not change the ranges)."""
@@ -57,8 +58,10 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
                          f"({', '.join(torch.backends.quantized.supported_engines)})")
     if full_range is None:
         full_range = full_range_for(engine)
-    return convert_static_fx(copy.deepcopy(policy).eval(), list(frames.split(CALIBRATION_CHUNK)), engine, full_range,
-                             observer)
+    # The default layout: int8 kernels lay activations out their own way, and the actors'
+    # template (traced from the layout's architecture) must trace the same graph.
+    plain = set_channels_last(copy.deepcopy(policy).eval(), False)
+    return convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, full_range, observer)
 
 
 def full_range_for(engine: str) -> bool:

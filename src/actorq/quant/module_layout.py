@@ -32,7 +32,10 @@ from torch import nn
 from actorq.quant import _ao
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
 from actorq.util.errors import ConfigError
+from actorq.util.memory_format import channels_last_faster, has_layout_choice, set_channels_last
 
+ACTOR_BATCH = 8
+"""The batch at which an fp32 copy's layout is timed: an actor worker's 8 Atari envs."""
 WEIGHTED = (nn.Conv2d, nn.Linear)
 """The modules whose weights a trunk's weight error compares."""
 
@@ -62,7 +65,8 @@ class ModuleLayout:
         if input_shape is None:
             raise ConfigError(f"a {type(trunk).__name__} trunk needs its input shape: give one of its "
                               "modules a frame_shape attribute (channels, height, width)")
-        architecture = copy.deepcopy(trunk).float().eval().requires_grad_(False)
+        # The default layout: int8 templates trace it, and fp32 copies measure their own.
+        architecture = set_channels_last(copy.deepcopy(trunk).float().eval().requires_grad_(False), False)
         dtype = torch.uint8 if len(input_shape) == 3 else torch.float32
         return cls(architecture, tuple(int(size) for size in input_shape), dtype)
 
@@ -83,6 +87,16 @@ class ModuleLayout:
         """Every convolution's and linear layer's fp32 weight in ``trunk``, in module order."""
         return [module.weight.detach().float() for module in trunk.modules() if isinstance(module, WEIGHTED)]
 
+    def fp32_channels_last(self) -> bool:
+        """Whether this process's fp32 copies run channels-last: measured on the first call in
+        each process (an actor's core, one thread, a batch of :data:`ACTOR_BATCH` frames;
+        :func:`actorq.util.memory_format.channels_last_faster`), the same answer after."""
+        if "channels_last" not in self._templates:
+            faster = has_layout_choice(self.architecture) and channels_last_faster(
+                self.fresh(), self.example_inputs(ACTOR_BATCH))[0]
+            self._templates["channels_last"] = faster
+        return self._templates["channels_last"]
+
     def int8_template(self, engine: str, full_range: bool) -> nn.Module:
         """The int8 module torch.ao converts this structure into for ``engine`` (built once;
         its weights and ranges are placeholders for a payload's)."""
@@ -92,7 +106,8 @@ class ModuleLayout:
         return self._templates[key]
 
     def __getstate__(self) -> dict:
-        # Converted modules are rebuilt where they are needed, not pickled to the workers.
+        # Converted modules are rebuilt, and the layout measured, where they are needed, not
+        # pickled to the workers.
         state = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         state["_templates"] = {}
         return state

@@ -7,7 +7,9 @@ actors' ``quant.bits=auto`` (:mod:`actorq.quant.auto`), the choice is measured, 
 a few warm-up and timed updates of a copy of the real learner (its networks, optimizers and
 batch size) on random replay-shaped samples, under each precision's Lightning context.
 ``32-true`` is kept unless ``bf16-mixed`` beats it by ``margin``, so ``auto`` is never more
-than ``margin`` slower than the faster of the two.
+than ``margin`` slower than the faster of the two. A learner with convolutional trunks is also
+timed with its activations channels-last (:mod:`actorq.util.memory_format`) at each precision,
+and runs the faster layout of the precision picked (again by ``margin``).
 
 The timings are cached per device and learner shape (a JSON file in the user's cache
 directory, ``$XDG_CACHE_HOME/actorq/learner_precision.json``, or ``$ACTORQ_CACHE_DIR``; delete
@@ -43,6 +45,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from tensordict import TensorDict
 
 from actorq.util.choice import MARGIN, fastest
+from actorq.util.memory_format import has_layout_choice, set_channels_last
 from actorq.util.atomic import write_text_atomically
 from actorq.util.values import AUTO
 from actorq.data.parallel import launched_rank
@@ -56,6 +59,7 @@ log = logging.getLogger(__name__)
 
 FP32, BF16 = "32-true", "bf16-mixed"
 CANDIDATES = (FP32, BF16)
+CHANNELS_LAST = " channels-last"  # a candidate's suffix: that precision with channels-last activations
 BF16_NAMES = (BF16, "bf16")  # Lightning's alias
 # Rank 0 hands its decision to the learner ranks Lightning starts (they inherit its environment).
 RANK_ENV = "ACTORQ_LEARNER_PRECISION"
@@ -72,6 +76,8 @@ class LearnerPrecision:
         reason: one line saying why.
         timings_ms: milliseconds per update of each candidate, where they were measured.
         cached: whether ``timings_ms`` came from an earlier run's measurement on this machine.
+        channels_last: whether the learner's convolutional trunks run channels-last (measured
+            with ``auto``).
     """
 
     precision: str
@@ -79,6 +85,7 @@ class LearnerPrecision:
     reason: str
     timings_ms: dict[str, float] | None = None
     cached: bool = False
+    channels_last: bool = False
 
     def summary(self) -> dict:
         return dataclasses.asdict(self)
@@ -130,8 +137,11 @@ def _decide(precision: str, learner, accelerator: str) -> LearnerPrecision:
         if device is None:
             return LearnerPrecision(FP32, AUTO, f"not measured on accelerator {accelerator!r}: {FP32}")
         timings, cached = cached_timings(learner, device)
-        picked, why = choose(timings)
-        decided = LearnerPrecision(picked, AUTO, f"measured on {device_name(device)}: {why}", timings, cached)
+        per_precision, channels_last = faster_layouts(timings)
+        picked, why = choose(per_precision)
+        why += layout_reason(timings, picked, channels_last[picked])
+        decided = LearnerPrecision(picked, AUTO, f"measured on {device_name(device)}: {why}", timings, cached,
+                                   channels_last[picked])
         log.info("trainer.precision=auto picked %s: %s%s", picked, decided.reason, " (cached)" if cached else "")
         return decided
     configured = f"trainer.precision={precision} as configured"
@@ -145,6 +155,40 @@ def _decide(precision: str, learner, accelerator: str) -> LearnerPrecision:
         return LearnerPrecision(precision, "configured", f"{configured}; no native bf16 on this CPU, "
                                 f"bf16-mixed measured {ratio:.2f}x the time of 32-true", timings, cached)
     return LearnerPrecision(precision, "configured", configured)
+
+
+def candidates(learner) -> tuple[str, ...]:
+    """What ``auto`` times for ``learner``: each precision, and for a learner with
+    convolutional trunks each precision channels-last too."""
+    if learner is not None and has_layout_choice(learner):
+        return (*CANDIDATES, *(name + CHANNELS_LAST for name in CANDIDATES))
+    return CANDIDATES
+
+
+def faster_layouts(timings_ms: dict[str, float], margin: float = MARGIN) -> tuple[dict[str, float], dict[str, bool]]:
+    """``(ms, channels_last)`` per precision: its time at its faster layout, and whether that
+    is channels-last (only where it beats the default layout by ``margin``).
+
+    Example:
+        >>> faster_layouts({"32-true": 10.0, "bf16-mixed": 8.0, "32-true channels-last": 6.0,
+        ...                 "bf16-mixed channels-last": 7.9})
+        ({'32-true': 6.0, 'bf16-mixed': 8.0}, {'32-true': True, 'bf16-mixed': False})
+    """
+    ms, channels_last = {}, {}
+    for name in CANDIDATES:
+        last = timings_ms.get(name + CHANNELS_LAST)
+        channels_last[name] = last is not None and last <= (1.0 - margin) * timings_ms[name]
+        ms[name] = last if channels_last[name] else timings_ms[name]
+    return ms, channels_last
+
+
+def layout_reason(timings_ms: dict[str, float], precision: str, channels_last: bool) -> str:
+    """The reason's clause on the layout, where one was timed."""
+    last = timings_ms.get(precision + CHANNELS_LAST)
+    if last is None:
+        return ""
+    ratio = last / timings_ms[precision]
+    return f"; channels-last {'kept' if channels_last else 'not kept'} ({ratio:.2f}x the default layout's time)"
 
 
 def learner_device(accelerator: str) -> str | None:
@@ -195,9 +239,10 @@ def cached_timings(learner, device: str) -> tuple[dict[str, float], bool]:
     path = cache_path()
     entries = _read_cache(path)
     cached = entries.get(key)
-    if isinstance(cached, dict) and all(isinstance(cached.get(name), (int, float)) for name in CANDIDATES):
+    names = candidates(learner)
+    if isinstance(cached, dict) and all(isinstance(cached.get(name), (int, float)) for name in names):
         return cached, True
-    timings = time_updates(learner, device=device)
+    timings = time_updates(learner, precisions=names, device=device)
     entries[key] = timings
     with contextlib.suppress(OSError):  # a read-only home: measure again next time
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -274,8 +319,8 @@ def time_updates(
     threads = single_thread() if device == "cpu" else contextlib.nullcontext()
     with threads, torch.random.fork_rng(devices=[] if device == "cpu" else None):  # the run's random stream stays
         samples = random_samples(learner, count=4, device=device)
-        copies = {name: _detached_copy(learner, device) for name in precisions}
-        contexts = {name: _train_step_context(name, device) for name in precisions}
+        copies = {name: _detached_copy(learner, device, name.endswith(CHANNELS_LAST)) for name in precisions}
+        contexts = {name: _train_step_context(name.removesuffix(CHANNELS_LAST), device) for name in precisions}
         for name in precisions:
             _run(copies[name], contexts[name], samples, cycle, device)
         best: dict[str, float] = {}
@@ -343,8 +388,8 @@ def without_trainer(learner, optimizers: list[torch.optim.Optimizer]) -> None:
     learner.feed_priorities = lambda sample, td_error: None
 
 
-def _detached_copy(learner, device: str):
-    clone = copy.deepcopy(learner).to(device)
+def _detached_copy(learner, device: str, channels_last: bool = False):
+    clone = set_channels_last(copy.deepcopy(learner).to(device), channels_last)
     without_trainer(clone, clone.make_optimizers())
     return clone
 

@@ -8,6 +8,7 @@ import torch
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import float_payload, float_payload_spec, plain_trunk
 from actorq.quant.module_layout import ModuleLayout, plain_state, restored_state, state_payload_spec
+from actorq.util.memory_format import set_channels_last
 
 
 @register
@@ -34,7 +35,7 @@ class Fp32(Codec):
 
     def decode(self, layout, spec, payload):
         if isinstance(layout, ModuleLayout):
-            module = layout.fresh()
+            module = set_channels_last(layout.fresh(), layout.fp32_channels_last())
             module.load_state_dict(restored_state(module.state_dict(), payload))
             return module
         return plain_trunk(layout, payload)
