@@ -16,6 +16,7 @@ from actorq.quant import QuantizedNetwork, QuantSpec, quantize
 from actorq.quant.conv import quantize_conv_policy
 from actorq.quant.quantize import payload_nbytes
 from actorq.util.errors import ConfigError
+from actorq.util.memory_format import set_channels_last, uses_channels_last
 
 FRAMES = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
 INT8 = QuantSpec(bits=8, mode="static")
@@ -108,3 +109,23 @@ def test_a_conv_policy_exports_as_one_torchscript_file_that_reads_frames(policy,
         expected = actors(frames).argmax(-1)
         assert torch.equal(loaded(frames), expected) and torch.equal(loaded(frames[0]), expected[0])
         assert loaded(frames.reshape(1, 3, 4, 84, 84)).shape == (1, 3)
+
+
+def test_the_learners_layout_stays_out_of_the_int8_copy_and_fp32_copies_measure_their_own(policy):
+    """A learner running channels-last pushes the int8 copy of the default layout (the graph
+    the actors' template traced), and an fp32 copy runs the layout its own process measured
+    faster (measured once there, and again in each worker a layout is pickled to)."""
+    calibration, frames = _frames(16), _frames(4, seed=1)
+    learner = set_channels_last(_trained(policy), True)
+    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)
+    assert "channels_last" not in converted.code and uses_channels_last(learner)
+    actors = QuantizedNetwork.template_for(policy, INT8)
+    actors.load_payload(quantize(learner, INT8, calibration))
+    assert torch.equal(actors.features(frames), converted(frames))
+    fp32 = QuantizedNetwork.template_for(policy, QuantSpec(bits=32))
+    fp32.load_payload(quantize(learner, QuantSpec(bits=32)))
+    with torch.no_grad():
+        assert torch.allclose(fp32(frames), learner(frames), atol=1e-4)
+    assert "channels_last" in fp32.layout._templates
+    assert uses_channels_last(fp32.built().trunk) == fp32.layout.fp32_channels_last()
+    assert "channels_last" not in pickle.loads(pickle.dumps(fp32.layout))._templates
