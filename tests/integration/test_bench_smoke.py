@@ -120,13 +120,16 @@ def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_pat
                              "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    env, fp32, int8 = rows[:3]
+    env, fp32, fp32_last, int8 = rows[:4]
     assert env["precision"] == "env alone (ale)" and fp32["precision"] == "fp32" and int8["precision"].startswith("int8")
-    for row in (fp32, int8):
+    assert fp32_last["precision"] == "fp32 channels-last"
+    fastest_fp32 = min(fp32["core_s_per_frame"], fp32_last["core_s_per_frame"])
+    assert int8["vs_fp32"] == pytest.approx(fastest_fp32 / int8["core_s_per_frame"])
+    for row in (fp32, fp32_last, int8):
         assert row["core_s_per_frame"] == pytest.approx(1 / row["actor_fps"])
         assert row["ceiling_fps"] < env["actor_fps"]  # the policy costs time on top of the env
     assert int8["payload_bytes"] < fp32["payload_bytes"] / 3 and int8["quantize_ms"] > 0
-    cores = {row["precision"]: row["actor_cores"] for row in rows[3:]}
+    cores = {row["precision"]: row["actor_cores"] for row in rows[4:]}
     assert cores["fp32"] == pytest.approx(1000 * fp32["core_s_per_frame"])
 
 

@@ -2,7 +2,8 @@
 actor fleet's cost (``actorq bench fleet``), on this machine's CPU or GPU.
 
 ``actorq bench pixel_learner [--trunks nature impala] [--devices cpu cuda] [--precisions fp32
-bf16] [--rollouts 3] [--threads N] [--check-learner] [--quick] [--out FILE.json]``
+bf16] [--layouts default channels-last] [--rollouts 3] [--threads N] [--check-learner] [--quick]
+[--out FILE.json]``
 
 One rollout is ``ppo_breakout``'s: 8 envs x 128 steps of uint8 frames ``[4, 84, 84]``, trained
 on for 4 epochs of 4 minibatches of 256. Timed per rollout, as the learner spends it: the
@@ -13,8 +14,9 @@ and entropy losses, backward, gradient-norm clip, Adam). The networks are actorq
 :func:`ppo_update`, the arithmetic of :meth:`actorq.algos.ppo.PPO._loss` without the learner's
 bookkeeping, so that it runs where only torch is installed (a GPU machine). ``--check-learner``
 also times the real learner (:meth:`~actorq.algos.ppo.PPO.update_rollout`) on the CPU and
-prints the two side by side. ``bf16`` runs the updates under bf16 autocast; on CUDA the
-frames are also kept channels-last.
+prints the two side by side. ``bf16`` runs the updates under bf16 autocast; ``channels-last``
+lays the convolutions' activations (and weights) out channels-last, as ``trainer.precision=auto``
+may choose for the real learner (:mod:`actorq.util.memory_format`).
 
 Columns: ``learner_fps`` (frames of rollout consumed per second: what the actors must feed),
 ``ms_per_rollout``, and the device.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import time
 
@@ -33,6 +36,7 @@ from torch import nn
 from actorq.algos.conv import make_trunk
 from actorq.bench._table import report, write_json
 from actorq.util.arguments import as_options
+from actorq.util.memory_format import set_channels_last
 
 FRAME_SHAPE = (4, 84, 84)
 ENVS, STEPS, EPOCHS, MINIBATCHES, ACTIONS = 8, 128, 4, 4, 4
@@ -44,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trunks", nargs="+", default=["nature", "impala"], choices=["nature", "impala"])
     parser.add_argument("--devices", nargs="+", default=None, help="cpu, cuda (default: cpu, and cuda if present)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--layouts", nargs="+", default=["default", "channels-last"],
+                        choices=["default", "channels-last"], help="activation layouts of the convolutions")
     parser.add_argument("--rollouts", type=int, default=3, help="timed rollouts per row (after one warm-up)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--check-learner", action="store_true",
@@ -54,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.devices is None:
         args.devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     if args.quick:
-        args.trunks, args.rollouts, args.precisions = args.trunks[:1], 1, args.precisions[:1]
+        args.trunks, args.rollouts, args.precisions, args.layouts = args.trunks[:1], 1, args.precisions[:1], args.layouts[:1]
     return args
 
 
@@ -119,14 +125,13 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_update_loop(trunk: str, device_name: str, precision: str, rollouts: int) -> float:
+def time_update_loop(trunk: str, device_name: str, precision: str, rollouts: int, channels_last: bool = False) -> float:
     """Seconds per rollout of :func:`ppo_update` (the best of ``rollouts``, after one warm-up)."""
     device = torch.device(device_name)
     torch.manual_seed(0)
-    channels_last = device.type == "cuda" and precision == "bf16"
     model = ActorCritic(trunk).to(device)
     if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model = set_channels_last(model.to(memory_format=torch.channels_last), True)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR, eps=1e-5)
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
                 else contextlib.nullcontext())
@@ -144,10 +149,10 @@ def time_update_loop(trunk: str, device_name: str, precision: str, rollouts: int
     return min(seconds[1:])  # the best rollout: what the update costs when nothing else runs
 
 
-def time_real_learner(trunk: str, rollouts: int, precision: str = "fp32") -> float:
+def time_real_learner(trunk: str, rollouts: int, precision: str = "fp32", channels_last: bool = False) -> float:
     """Seconds per rollout of actorq's own PPO learner (``update_rollout``) on the CPU, with
     ``ppo_breakout``'s settings, its updates under bf16 autocast with ``precision="bf16"``
-    (what ``trainer.precision=bf16-mixed`` runs)."""
+    (what ``trainer.precision=bf16-mixed`` runs), its trunk channels-last with ``channels_last``."""
     from tensordict import TensorDict
 
     from actorq.algos.ppo import PPO
@@ -158,6 +163,7 @@ def time_real_learner(trunk: str, rollouts: int, precision: str = "fp32") -> flo
     torch.manual_seed(0)
     learner = PPO(spec, pixel_trunk=trunk, lr=LR, epochs=EPOCHS, minibatch_size=ENVS * STEPS // MINIBATCHES,
                   clip_range=CLIP, entropy_coef=ENTROPY_COEF, max_grad_norm=MAX_GRAD_NORM)
+    set_channels_last(learner, channels_last)
     without_trainer(learner, learner.make_optimizers())
 
     def rollout(tensors: dict[str, torch.Tensor]) -> TensorDict:
@@ -196,13 +202,14 @@ def measure(args: argparse.Namespace) -> list[dict]:
     rows = []
     for device in args.devices:
         for trunk in args.trunks:
-            for precision in args.precisions:
-                seconds = time_update_loop(trunk, device, precision, args.rollouts)
-                rows.append({"trunk": trunk, "device": device_label(device), "precision": precision,
+            for precision, layout in itertools.product(args.precisions, args.layouts):
+                seconds = time_update_loop(trunk, device, precision, args.rollouts, layout == "channels-last")
+                rows.append({"trunk": trunk, "device": device_label(device), "precision": precision, "layout": layout,
                              "what": "update loop", "ms_per_rollout": 1e3 * seconds, "learner_fps": frames / seconds})
-            for precision in args.precisions if args.check_learner and device == "cpu" else ():
-                seconds = time_real_learner(trunk, args.rollouts, precision)
-                rows.append({"trunk": trunk, "device": device_label(device), "precision": precision,
+            checks = itertools.product(args.precisions, args.layouts) if args.check_learner and device == "cpu" else ()
+            for precision, layout in checks:
+                seconds = time_real_learner(trunk, args.rollouts, precision, layout == "channels-last")
+                rows.append({"trunk": trunk, "device": device_label(device), "precision": precision, "layout": layout,
                              "what": "actorq PPO learner", "ms_per_rollout": 1e3 * seconds,
                              "learner_fps": frames / seconds})
     return rows
