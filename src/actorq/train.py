@@ -36,7 +36,6 @@ from actorq.run.console import lightning_without_adverts
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
 from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.run.learner_precision import resolve_learner_precision
-from actorq.util.memory_format import set_channels_last
 from actorq.data.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
 from actorq.run.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
@@ -74,7 +73,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
                                                   cfg.trainer.get("accelerator", "auto"))
     cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below
-    set_channels_last(learner, learner_precision.channels_last)  # conv trunks: the layout auto measured faster
+    learner_precision.lay_out(learner)  # conv trunks: the layout auto measured faster
     callbacks = {name: build(node) for name, node in cfg.callbacks.items() if node is not None}
     logger = build(cfg.logger)
     if launched_rank() > 0:

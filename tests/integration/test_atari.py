@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from actorq.train import train
+from actorq.util.memory_format import uses_channels_last
 
 pytest.importorskip("ale_py")
 
@@ -31,6 +32,9 @@ def test_ppo_trains_on_breakout_frames_with_int8_convolutional_actors(make_cfg):
     # The actors' recorded log-probabilities are the int8 copy's own, recomputed in the learner.
     assert experience.log_prob_error is not None and experience.log_prob_error < 1e-4
     assert summary["final_return"] is not None and summary["final_return_quant"] is not None
+    precision = summary["learner_precision"]  # auto timed both precisions in both layouts, and runs its pick
+    assert precision["choice"] == "auto" and len(precision["timings_ms"]) == 4
+    assert uses_channels_last(objects["learner"]) == precision["channels_last"]
 
 
 def test_dqn_trains_on_breakout_from_a_replay_that_stores_each_frame_once(make_cfg):

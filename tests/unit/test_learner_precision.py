@@ -233,6 +233,9 @@ def test_auto_picks_the_layout_of_a_conv_learner_with_its_precision(given, timin
     decided = lp.resolve_learner_precision("auto", learner_of("ppo_frames"), accelerator="cpu")
     assert (decided.precision, decided.channels_last) == (picked, channels_last)
     assert f"channels-last {'kept' if channels_last else 'not kept'}" in decided.reason
+    learner = learner_of("ppo_frames")
+    decided.lay_out(learner)
+    assert uses_channels_last(learner) == channels_last
 
 
 def test_a_conv_learner_is_timed_at_both_layouts_and_left_as_it_was():

@@ -90,6 +90,10 @@ class LearnerPrecision:
     def summary(self) -> dict:
         return dataclasses.asdict(self)
 
+    def lay_out(self, learner) -> None:
+        """Sets ``learner``'s convolutional trunks to the layout decided (default or channels-last)."""
+        set_channels_last(learner, self.channels_last)
+
 
 def choose(timings_ms: dict[str, float], margin: float = MARGIN) -> tuple[str, str]:
     """``(precision, reason)``: ``bf16-mixed`` if its update is faster than ``32-true``'s by
