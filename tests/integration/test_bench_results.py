@@ -4,6 +4,8 @@ midway run again, the table and plots rebuilt; the real Stable-Baselines3 as the
 import json
 import shutil
 
+import numpy as np
+
 import pytest
 
 from benchmarks import results
@@ -123,3 +125,27 @@ def test_the_halfcheetah_ppo_peer_normalizes_as_rl_zoo_and_is_evaluated_on_norma
     normalizer.obs_rms.mean, normalizer.obs_rms.var = np.ones(17), np.full(17, 4.0)
     normalized = policy_observation(model, np.full(17, 3.0))
     assert normalized == pytest.approx(np.ones(17), rel=1e-6)  # (3 - 1) / sqrt(4)
+
+
+def test_the_breakout_peer_is_sb3s_cnn_ppo_on_rl_zoos_atari_env_and_plays_our_evaluation_games():
+    """The ppo_breakout peer, built (not trained): CleanRL's settings in SB3's names, 8
+    Breakouts behind AtariWrapper and 4 stacked frames, CnnPolicy; its evaluation samples the
+    policy in whole games of our own Atari evaluation env, which hands it the frames its
+    training env does (uint8 [4, 84, 84])."""
+    pytest.importorskip("ale_py")
+    from stable_baselines3.common.policies import ActorCriticCnnPolicy
+
+    from benchmarks.results_peer import ScheduledEvaluation, make_on_policy_model
+
+    task = results.SUITE["ppo_breakout"]
+    model = make_on_policy_model(task, 0, dict(task.peer_kwargs))
+    assert isinstance(model.policy, ActorCriticCnnPolicy) and model.get_env().num_envs == 8
+    assert model.observation_space.shape == (4, 84, 84) and model.observation_space.dtype == np.uint8
+    assert (model.n_steps, model.batch_size, model.n_epochs, model.ent_coef, model.clip_range(0.5)) == (128, 256, 4, 0.01, 0.1)
+    assert model.learning_rate(0.5) == pytest.approx(1.25e-4)
+    evaluation = ScheduledEvaluation(task.env_id, task.eval_every, 2, seed=0, deterministic=False,
+                                     atari_game=task.atari_game)
+    evaluation.init_callback(model)
+    returns = evaluation.atari_returns(seed=10_000)
+    assert len(returns) == 2 and all(score >= 0 and float(score).is_integer() for score in returns)  # raw scores
+    assert evaluation.env.observation_spec["observation"].shape[-3:] == (4, 84, 84)
