@@ -9,12 +9,12 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from actorq.util.threads import single_thread
 
 
 @dataclass(frozen=True)
@@ -30,17 +30,6 @@ class Timing:
     median_us: float
     min_us: float
     iterations: int
-
-
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Runs the block with one intra-op thread (as each actor process does), then restores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 @torch.no_grad()

@@ -19,13 +19,13 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
 from torch import nn
 
 from actorq.util.choice import MARGIN
+from actorq.util.threads import single_thread
 
 ATTRIBUTE = "channels_last"
 """The attribute a module reads to lay its activations out channels-last."""
@@ -57,7 +57,7 @@ def channels_last_faster(module: nn.Module, inputs: torch.Tensor, repeats: int =
     mean milliseconds per call over ``rounds`` interleaved rounds of ``repeats`` calls.
     ``module`` is left with the faster layout set."""
     ms: dict[str, float] = {}
-    with _one_thread():
+    with single_thread():
         for _ in range(rounds):
             for layout in ("default", "channels_last"):
                 set_channels_last(module, layout == "channels_last")
@@ -71,12 +71,3 @@ def channels_last_faster(module: nn.Module, inputs: torch.Tensor, repeats: int =
     set_channels_last(module, faster)
     return faster, {layout: round(value, 3) for layout, value in ms.items()}
 
-
-@contextlib.contextmanager
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
