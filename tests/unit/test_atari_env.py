@@ -122,6 +122,23 @@ def test_a_lost_life_ends_the_learners_episode_and_the_game_goes_on():
     assert not out.truncated.any()
 
 
+def test_in_training_the_step_after_a_lost_life_presses_fire():
+    """A policy that never presses FIRE still plays all five of Breakout's balls in training, as
+    SB3's ``FireResetEnv`` serves them; evaluation leaves FIRE to the policy, and the game waits."""
+    for options, balls in (({}, 5), ({"evaluation": True}, 1), ({"fire_after_lost_life": False}, 1)):
+        envs = AtariEnvs("breakout", 1, noop_max=0, **options)
+        out = started(envs, seeds=[0])
+        lost = 0
+        for _ in range(300):
+            before = int(envs.lives[0])
+            out.step(envs, [0])  # NOOP, always
+            lost += int(envs.lives[0] != before)  # a ball lost (at game over: a new game's five lives)
+            if envs.lives[0] > before:
+                break
+        assert lost == balls, options
+        envs.close()
+
+
 def test_a_seeded_env_replays_its_game_and_seeds_tell_games_apart():
     seeds = [3, 2**32 - 1]  # TorchRL's seed chain gives seeds up to 2**32
     a, b, c = (AtariEnvs("breakout", 2) for _ in range(3))
@@ -138,7 +155,9 @@ def test_evaluation_plays_whole_games_with_raw_scores():
     """Training and evaluation envs with one seed play the same game; evaluation's episode is
     the whole game and its rewards are the raw ones training clips."""
     for game, steps in (("breakout", 130), ("ms_pacman", 80)):
-        train, evaluation = AtariEnvs(game, 1), AtariEnvs(game, 1, evaluation=True)
+        # FIRE after a lost life off: the training game must follow the actions evaluation's does
+        train = AtariEnvs(game, 1, fire_after_lost_life=False)
+        evaluation = AtariEnvs(game, 1, evaluation=True)
         actions = random_actions(train, steps)
         trained, evaluated = play(train, actions, [7]), play(evaluation, actions, [7])
         rewards = np.array([step[1][0, 0] for step in evaluated])

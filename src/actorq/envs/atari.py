@@ -4,8 +4,8 @@ standard preprocessing, and observations come out as stacked uint8 frames ``[env
 The preprocessing is the one SB3's ``AtariWrapper`` and CleanRL's ``ppo_atari`` use: up to 30
 no-ops at reset, the action repeated for 4 frames with the last two max-pooled, 84x84
 grayscale, 4 frames stacked, FIRE at reset where the game needs it; for training also a life
-lost ends the episode for the learner (the game goes on) and rewards are clipped to their
-sign. Sticky actions are off (``repeat_action_probability=0``, as those two use the
+lost ends the episode for the learner (the game goes on, FIRE pressed in its next step) and
+rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``, as those two use the
 ``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 games' 0.25. Evaluation plays whole
 games and reports the raw score.
 
@@ -115,7 +115,11 @@ class AtariEnvs(RawEnvs):
     the new game's first. A life lost in training (``evaluation=False``) ends the learner's
     episode but not the game: :meth:`reset` starts the next episode from the same screen (its
     newest frame, zeros before it) and the game goes on with one life less, as SB3's
-    ``EpisodicLifeEnv`` (without its extra no-op and FIRE steps: FIRE is the policy's to press).
+    ``EpisodicLifeEnv``. In training the step after a lost life presses FIRE whatever the
+    policy chose, where the game has FIRE, as SB3's ``FireResetEnv`` does in its reset after a
+    lost life (SB3 hides that step and a no-op before it from the agent; ale-py's vector env
+    cannot step one of its envs alone, so here the agent sees the step and its action is
+    overridden). Evaluation leaves FIRE to the policy.
 
     Args:
         game: the ROM, lower case as ale-py names it (``"breakout"``).
@@ -125,6 +129,8 @@ class AtariEnvs(RawEnvs):
         noop_max: overrides the preset's random no-ops at a game's start (0: none).
         fire_reset: overrides whether a game starts with FIRE where the game has it.
         max_episode_frames: emulator frames before an episode is truncated.
+        fire_after_lost_life: overrides whether the step after a lost life presses FIRE
+            (default: in training, where the game has FIRE and starts with it).
     """
 
     discrete = True
@@ -132,7 +138,7 @@ class AtariEnvs(RawEnvs):
 
     def __init__(self, game: str, n: int, evaluation: bool = False, sticky: bool = False,
                  noop_max: int | None = None, fire_reset: bool | None = None,
-                 max_episode_frames: int = MAX_EPISODE_FRAMES):
+                 max_episode_frames: int = MAX_EPISODE_FRAMES, fire_after_lost_life: bool | None = None):
         vector_env = _vector_env_class()
         _check_game(game)
         preset = EVALUATION if evaluation else TRAINING
@@ -157,6 +163,11 @@ class AtariEnvs(RawEnvs):
         self.lives = info["lives"].astype(np.int64)
         """Each env's lives left, as the game counts them."""
         self._offset = _frame_offset(info)
+        if fire_after_lost_life is None:
+            fire_after_lost_life = not evaluation and options["use_fire_reset"]
+        self._fire = _fire_action(self.env) if fire_after_lost_life else None
+        """FIRE's index in the action set, pressed in the step after a lost life (``None``: never)."""
+        self._lost_life = np.zeros(n, dtype=bool)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -164,9 +175,13 @@ class AtariEnvs(RawEnvs):
         return self._shape
 
     def step(self, actions, obs, reward, terminated, truncated) -> None:
-        frames, r, term, trunc, info = self.env.step(np.asarray(actions, dtype=np.int64).reshape(self.n))
+        actions = np.asarray(actions, dtype=np.int64).reshape(self.n)
+        if self._fire is not None:
+            actions = np.where(self._lost_life, self._fire, actions)
+        frames, r, term, trunc, info = self.env.step(actions)
         offset = _frame_offset(info)
         restarted = offset != self._offset  # the game ended and ale-py restarted it in this step
+        self._lost_life = (info["lives"] < self.lives) & ~restarted
         self.lives[:], self._offset = info["lives"], offset
         obs[:] = frames
         if restarted.any():
@@ -210,10 +225,19 @@ class AtariEnvs(RawEnvs):
         self._fresh[index] = True
         self.lives[index] = info["lives"][index]
         self._offset[index] = _frame_offset(info)[index]
+        self._lost_life[index] = False
 
     def close(self) -> None:
         """Stops the emulators' thread."""
         self.env.close()
+
+
+def _fire_action(env: Any) -> int | None:
+    """FIRE's index in ``env``'s action set (``None`` where the game has no FIRE)."""
+    from ale_py import Action
+
+    actions = list(env.ale.get_action_set())
+    return actions.index(Action.FIRE) if Action.FIRE in actions else None
 
 
 def _frame_offset(info: dict[str, np.ndarray]) -> np.ndarray:
