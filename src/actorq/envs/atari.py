@@ -5,9 +5,9 @@ The preprocessing is the one SB3's ``AtariWrapper`` and CleanRL's ``ppo_atari`` 
 no-ops at reset, the action repeated for 4 frames with the last two max-pooled, 84x84
 grayscale, 4 frames stacked, FIRE at reset where the game needs it; for training also a life
 lost ends the episode for the learner (the game goes on, FIRE pressed in its next step) and
-rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``, as those two use the
-``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 games' 0.25. Evaluation plays whole
-games and reports the raw score.
+rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``,
+as those two use the ``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 games' 0.25.
+Evaluation plays whole games and reports the raw score.
 
 The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROMs:
 ``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path.
