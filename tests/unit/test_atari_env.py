@@ -178,7 +178,6 @@ def test_frames_equal_gymnasiums_atari_preprocessing_with_frame_stacking():
     """ale-py's vector env against ``AtariPreprocessing`` + ``FrameStackObservation`` on the v5
     game without sticky actions: with no random no-ops and no FIRE at reset on either side, the
     same seed and actions give the same frames, rewards and ends, pixel for pixel, to game over."""
-    pytest.importorskip("cv2", reason="gymnasium's AtariPreprocessing resizes with OpenCV")
     import ale_py
     import gymnasium
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
