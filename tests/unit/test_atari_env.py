@@ -139,6 +139,31 @@ def test_in_training_the_step_after_a_lost_life_presses_fire():
         envs.close()
 
 
+def test_a_restarted_game_forgets_the_fire_its_lost_life_left_pending():
+    """The step after a lost life sends FIRE to the emulator, but not when the game was
+    restarted in between: the new game starts as a fresh one. (No game tried shows a FIRE
+    in its first step on screen, so the actions that reach the emulator are recorded.)"""
+    envs = AtariEnvs("breakout", 1, noop_max=0)
+    sent = []
+    step = envs.env.step
+    envs.env.step = lambda actions: sent.append(int(actions[0])) or step(actions)
+
+    def lose_a_ball(out):
+        lives = int(envs.lives[0])
+        for _ in range(300):
+            out.step(envs, [0])  # NOOP until the ball is lost
+            if envs.lives[0] < lives:
+                return out
+        raise AssertionError("no ball lost")
+
+    lose_a_ball(started(envs, seeds=[0])).step(envs, [0])
+    assert sent[-1] == envs._fire == 1  # served
+    lose_a_ball(started(envs, seeds=[0]))
+    started(envs, seeds=[0]).step(envs, [0])
+    assert sent[-1] == 0
+    envs.close()
+
+
 def test_a_seeded_env_replays_its_game_and_seeds_tell_games_apart():
     seeds = [3, 2**32 - 1]  # TorchRL's seed chain gives seeds up to 2**32
     a, b, c = (AtariEnvs("breakout", 2) for _ in range(3))
