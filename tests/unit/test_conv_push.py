@@ -13,7 +13,9 @@ from torch import nn
 from actorq.algos.ppo import PPO
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, quantize
-from actorq.quant.conv import quantize_conv_policy
+from actorq.quant._ao import DEFAULT_ENGINE
+from actorq.quant.conv import full_range_for, quantize_conv_policy
+from actorq.quant.fidelity import weight_error
 from actorq.quant.quantize import payload_nbytes
 from actorq.util.errors import ConfigError
 from actorq.util.memory_format import set_channels_last, uses_channels_last
@@ -73,6 +75,18 @@ def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
     actors.load_payload(quantize(learner, INT8, calibration))
     assert not torch.equal(actors.features(frames), before)
     assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)(frames))
+
+
+def test_the_weight_error_of_a_push_reads_the_actors_int8_template_built_once(policy):
+    calibration = _frames(16)
+    actors = QuantizedNetwork.from_network(policy, INT8, calibration)
+    learner = _trained(policy)
+    payload = quantize(learner, INT8, calibration)
+    error = weight_error(learner, payload, INT8, actors.layout)
+    template = actors.layout._templates[(INT8.engine or DEFAULT_ENGINE, full_range_for(DEFAULT_ENGINE))]
+    assert weight_error(learner, payload, INT8, actors.layout) == error == weight_error(learner, payload, INT8)
+    assert actors.layout._templates[(INT8.engine or DEFAULT_ENGINE, full_range_for(DEFAULT_ENGINE))] is template
+    assert 0 < error < 0.05
 
 
 def test_formats_without_conv_kernels_are_refused_in_one_line(policy):

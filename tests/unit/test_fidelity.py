@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from actorq.actors.policy import actor_policy
+from actorq.callbacks.push import PolicyPush
 from actorq.algos.networks import CategoricalPolicy, DeterministicActor, GaussianActor, GaussianPolicy, QNetwork
 from actorq.algos.ppo import PPO
 from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
@@ -306,8 +307,8 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
     learner = PPO(CONTINUOUS, hidden=(64, 64), log_std_init=-3.0)  # a narrow policy: int8's KL is large
     int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
     measured = budget_experience(int8, learner)
-    kl_int8 = measured._copy_kl(learner.behaviour_network, 0, measured.actor_policy.network.payload(0),
-                                measured.held_out_observations(256))
+    kl_int8 = measured._copy_divergence(learner.behaviour_network, 0, measured.actor_policy.network.payload(0),
+                                        measured.held_out_observations(256))["quant/kl"]
     assert kl_int8 > 0
     fp32_actors = budget_experience(QuantSpec(bits=32), learner).push(learner.behaviour_network)
     for max_kl, rung, describe in ((kl_int8 * 2, 0, "int8 dynamic per_channel fp32-ends"),
@@ -323,6 +324,29 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
             assert torch.equal(network(observations), learner.behaviour_network(observations))
         assert experience.actors.pushes == 1
     assert (fp32_actors.rung, fp32_actors.budget_kl) == (0, None)  # nothing above fp32: nothing measured
+
+
+def test_a_push_logs_the_divergence_of_the_copy_the_actors_run_measuring_it_once(monkeypatch):
+    """The push logs the budget's measurement of the actors' own precision rather than measuring
+    it again; after a fallback it measures the fallback's copy, which the actors run instead."""
+    import actorq.quant.fidelity as fidelity
+
+    measured_again = []
+    measure = fidelity.policy_divergence
+    monkeypatch.setattr(fidelity, "policy_divergence", lambda *args: measured_again.append(1) or measure(*args))
+    torch.manual_seed(0)
+    learner = PPO(CONTINUOUS, hidden=(64, 64), log_std_init=-3.0)
+    int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
+    for max_kl, rung, again in ((1.0, 0, 0), (1e-30, 2, 1)):
+        measured_again.clear()
+        experience = budget_experience(dataclasses.replace(int8, max_kl=max_kl), learner)
+        metrics = PolicyPush().push(experience, learner)
+        actors = experience.actor_policy.network
+        assert actors.rungs.index(actors.active_quant) == rung and len(measured_again) == again
+        fresh = measure(learner.behaviour_network, actors, experience.held_out_observations(256), CONTINUOUS,
+                        experience.actor_batch)
+        assert fresh["quant/kl"] > 0 if rung == 0 else fresh["quant/kl"] == 0
+        assert {name: metrics[name] for name in fresh} == pytest.approx(fresh, rel=1e-6, abs=1e-12)
 
 
 def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():

@@ -123,7 +123,7 @@ class PolicyPush(Callback):
         if pushed.held_out is not None and (self.pushes - 1) % self.fidelity_every_n_pushes == 0:
             started = time.perf_counter()
             metrics.update(fidelity_metrics(network, pushed.actor_network, pushed.held_out, learner.spec,
-                                            experience.actor_batch))
+                                            experience.actor_batch, pushed.measured_divergence))
             metrics["quant/fidelity_ms"] = 1000 * (time.perf_counter() - started)
         self.fidelity.add(metrics)
         if learner.logger is not None:  # once per push, at the push's frame count

@@ -308,7 +308,7 @@ class Experience(L.LightningDataModule):
         """
         observations = self.calibration_observations(self.quant.calibration_samples)
         held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
-        rung, payload, kl = self._within_budget(network, observations, held_out)
+        rung, payload, divergence = self._within_budget(network, observations, held_out)
         actor_network = self.actor_policy.network
         self.policy_version += 1
         actor_network.load_version(payload, network.head.state_dict(), _normalizer_state(network, actor_network),
@@ -320,35 +320,37 @@ class Experience(L.LightningDataModule):
         self._refresh_noise_scale()
         self.actors.push(self.actor_policy)
         return Pushed(self.policy_version, payload_nbytes(payload), actor_network, observations, held_out,
-                         rung, kl)
+                      rung, divergence)
 
     def _within_budget(self, network: nn.Module, observations: torch.Tensor, held_out: torch.Tensor | None
-                       ) -> tuple[int, Payload, float | None]:
+                       ) -> tuple[int, Payload, dict[str, float] | None]:
         """The precision a push goes out at (an index into the actors' network's ``rungs``),
-        its payload, and the KL measured of the actors' own precision (``None`` if it was not):
+        its payload, and the divergence measured of the actors' own precision
+        (:func:`~actorq.quant.fidelity.policy_divergence`'s terms; ``None`` if it was not):
         the actors' precision unless its copy's ``KL(mu || pi)`` on ``held_out`` exceeds
         ``quant.max_kl``, else the first fallback that meets it, or the last. Without fallbacks
         (no budget, a policy without a KL) or held-out observations nothing is measured."""
         rungs = self.actor_policy.network.rungs
-        first_kl = None
+        first = None
         for rung, spec in enumerate(rungs):
             payload = quantize(network, spec, observations)
             if rung == len(rungs) - 1 or held_out is None:
-                return rung, payload, first_kl
-            kl = self._copy_kl(network, rung, payload, held_out)
-            first_kl = kl if first_kl is None else first_kl
-            if kl <= self.quant.max_kl:
-                return rung, payload, first_kl
+                return rung, payload, first
+            divergence = self._copy_divergence(network, rung, payload, held_out)
+            first = divergence if first is None else first
+            if divergence["quant/kl"] <= self.quant.max_kl:
+                return rung, payload, first
         raise AssertionError("unreachable: the last precision is always returned")
 
-    def _copy_kl(self, network: nn.Module, rung: int, payload: Payload, held_out: torch.Tensor) -> float:
-        """``KL(mu || pi)`` of ``network``'s copy at precision ``rung`` on ``held_out``, run at
-        the actors' batch, measured on a private copy the actors never read."""
+    def _copy_divergence(self, network: nn.Module, rung: int, payload: Payload, held_out: torch.Tensor
+                         ) -> dict[str, float]:
+        """``KL(mu || pi)`` (mean and max) of ``network``'s copy at precision ``rung`` on
+        ``held_out``, run at the actors' batch, measured on a private copy the actors never read."""
         probe = self._probes.get(rung)
         if probe is None:
             probe = self._probes[rung] = QuantizedNetwork.template_for(network, self.actor_policy.network.rungs[rung])
         probe.load_version(payload, network.head.state_dict(), _normalizer_state(network, probe))
-        return policy_divergence(network, probe, held_out, None, self.actor_batch)["quant/kl"]
+        return policy_divergence(network, probe, held_out, None, self.actor_batch)
 
     def _refresh_noise_scale(self) -> None:
         self.actor_policy.noise_scale.fill_(self.clock.noise_scale)
@@ -449,8 +451,9 @@ class Pushed:
             run's first push), where its fidelity is measured.
         rung: the precision it went out at, an index into ``actor_network.rungs`` (0: the
             actors' own; more: a fallback of the divergence budget).
-        budget_kl: the KL of the copy at the actors' own precision, where the budget measured
-            it (``None`` where it did not).
+        budget_divergence: the divergence (``quant/kl``, ``quant/kl_max``) of the copy at the
+            actors' own precision on ``held_out``, where the budget measured it (``None``
+            where it did not).
     """
 
     version: int
@@ -459,7 +462,18 @@ class Pushed:
     observations: torch.Tensor
     held_out: torch.Tensor | None = None
     rung: int = 0
-    budget_kl: float | None = None
+    budget_divergence: dict[str, float] | None = None
+
+    @property
+    def budget_kl(self) -> float | None:
+        """The budget's ``KL(mu || pi)`` of the actors' own precision (``None``: not measured)."""
+        return None if self.budget_divergence is None else self.budget_divergence["quant/kl"]
+
+    @property
+    def measured_divergence(self) -> dict[str, float] | None:
+        """The divergence of the copy the actors run now, where the budget measured it: its
+        own precision's, which they run unless the push fell back."""
+        return self.budget_divergence if self.rung == 0 else None
 
 
 def _normalizer_state(network: nn.Module, copy: QuantizedNetwork) -> dict[str, torch.Tensor] | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from actorq.quant.layout import input_normalizer
-from actorq.quant.module_layout import layout_of
+from actorq.quant.layout import TrunkLayout, input_normalizer
+from actorq.quant.module_layout import ModuleLayout, layout_of
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.quantize import Payload, payload_nbytes
 from actorq.quant.spec import QuantSpec
@@ -57,10 +57,12 @@ def action_agreement(reference: nn.Module, candidate: nn.Module, observations: t
 
 
 @torch.no_grad()
-def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec) -> float:
+def weight_error(network: nn.Module, payload: Payload, spec: QuantSpec,
+                 layout: TrunkLayout | ModuleLayout | None = None) -> float:
     """Relative L2 error of all trunk weights: ``||W - W_q|| / ||W||`` over every layer, with
-    ``W_q`` the weights ``spec``'s codec reads from the payload."""
-    layout = layout_of(network.trunk)
+    ``W_q`` the weights ``spec``'s codec reads from the payload. ``layout``: the trunk's (the
+    actors' copy's, whose converted int8 template is built once), else made from the trunk."""
+    layout = layout if layout is not None else layout_of(network.trunk)
     originals = layout.weights(network.trunk)
     quantized = spec.codec.dequantized_weights(layout, spec, payload)
     error = sum(((w - q) ** 2).sum() for w, q in zip(originals, quantized, strict=True))
@@ -146,7 +148,8 @@ def fp32_nbytes(network: nn.Module) -> int:
 
 
 def fidelity_metrics(
-    network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, spec, batch_size: int | None = None
+    network: nn.Module, quantized: QuantizedNetwork, observations: torch.Tensor, spec, batch_size: int | None = None,
+    divergence: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Everything a push logs about its payload, under the ``quant/`` metric names.
 
@@ -156,6 +159,8 @@ def fidelity_metrics(
         observations: held-out observations, not the ones the copy was calibrated on.
         spec: the env spec.
         batch_size: the batch the actors run ``quantized`` at (see :func:`policy_divergence`).
+        divergence: :func:`policy_divergence`'s terms of this copy on these observations,
+            where they were measured already (the divergence budget's); else measured here.
 
     Returns:
         :func:`policy_divergence`'s terms, ``quant/weight_error``, ``quant/payload_bytes``,
@@ -164,8 +169,8 @@ def fidelity_metrics(
     payload = quantized.payload()
     nbytes, fp32 = payload_nbytes(payload), fp32_nbytes(network)
     return {
-        **policy_divergence(network, quantized, observations, spec, batch_size),
-        "quant/weight_error": weight_error(network, payload, quantized.active_quant),
+        **(divergence or policy_divergence(network, quantized, observations, spec, batch_size)),
+        "quant/weight_error": weight_error(network, payload, quantized.active_quant, quantized.layout),
         "quant/payload_bytes": float(nbytes),
         "quant/fp32_bytes": float(fp32),
         "quant/compression": nbytes / fp32,
