@@ -89,6 +89,16 @@ def test_the_weight_error_of_a_push_reads_the_actors_int8_template_built_once(po
     assert 0 < error < 0.05
 
 
+def test_converting_an_int8_copy_leaves_the_global_random_generator_as_it_was(policy):
+    """The learner's draws (minibatch order) must not depend on how often the actors' copy is
+    converted: torch.ao draws from the global generator while it builds modules."""
+    state = torch.random.get_rng_state()
+    actors = QuantizedNetwork.template_for(_trained(policy), INT8)  # its int8 template is built here
+    actors.load_payload(quantize(policy, INT8, _frames(16)))
+    actors(_frames(2))
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
 def test_formats_without_conv_kernels_are_refused_in_one_line(policy):
     for spec in (QuantSpec(bits=8, mode="dynamic"), QuantSpec(bits=16)):
         with pytest.raises(ConfigError, match="no kernels for a convolutional policy: use quant.bits=8 quant.mode=static"):

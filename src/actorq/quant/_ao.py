@@ -458,8 +458,13 @@ def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine:
                       observer: str = "histogram") -> nn.Module:
     """``model`` (changed in place) traced, observed on each batch of ``calibration`` (with
     ``observer``, a key of :data:`FX_OBSERVERS`) and converted to static int8 for ``engine``:
-    conv/linear + ReLU fused, per-channel weights, quantized adds."""
-    with packing_engine(engine):
+    conv/linear + ReLU fused, per-channel weights, quantized adds.
+
+    torch.ao draws from the global random generator while it converts (the modules it
+    builds initialise their weights); the generator is restored after, so the learner's
+    draws (minibatch order, exploration) do not depend on whether, or how often, the
+    actors' copy is converted."""
+    with packing_engine(engine), torch.random.fork_rng(devices=[]):
         mapping = fx_qconfig_mapping(engine, full_range, observer)
         prepared = prepare_fx(model, mapping, example_inputs=(calibration[0][:1],))
         for batch in calibration:
