@@ -13,9 +13,9 @@ from torch import nn
 from actorq.algos.ppo import PPO
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, quantize
-from actorq.quant._ao import DEFAULT_ENGINE
-from actorq.quant.conv import full_range_for, quantize_conv_policy
-from actorq.quant.fidelity import weight_error
+from actorq.quant import _ao
+from actorq.quant.conv import quantize_conv_policy
+from actorq.quant.fidelity import fidelity_metrics, weight_error
 from actorq.quant.quantize import payload_nbytes
 from actorq.util.errors import ConfigError
 from actorq.util.memory_format import set_channels_last, uses_channels_last
@@ -77,16 +77,20 @@ def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
     assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)(frames))
 
 
-def test_the_weight_error_of_a_push_reads_the_actors_int8_template_built_once(policy):
-    calibration = _frames(16)
+def test_a_pushs_fidelity_converts_no_int8_model_and_its_weight_error_is_the_trunks(policy, monkeypatch):
+    """The weight error reads the actors' int8 template, built once, instead of converting a
+    new one at every push (about a second for IMPALA-CNN)."""
+    calibration, frames = _frames(16), _frames(8, seed=1)
     actors = QuantizedNetwork.from_network(policy, INT8, calibration)
     learner = _trained(policy)
-    payload = quantize(learner, INT8, calibration)
-    error = weight_error(learner, payload, INT8, actors.layout)
-    template = actors.layout._templates[(INT8.engine or DEFAULT_ENGINE, full_range_for(DEFAULT_ENGINE))]
-    assert weight_error(learner, payload, INT8, actors.layout) == error == weight_error(learner, payload, INT8)
-    assert actors.layout._templates[(INT8.engine or DEFAULT_ENGINE, full_range_for(DEFAULT_ENGINE))] is template
-    assert 0 < error < 0.05
+    actors.load_payload(quantize(learner, INT8, calibration))
+    conversions = []
+    convert = _ao.convert_static_fx
+    monkeypatch.setattr(_ao, "convert_static_fx", lambda *args: conversions.append(1) or convert(*args))
+    metrics = fidelity_metrics(learner, actors, frames, FRAMES, batch_size=8)
+    assert conversions == []
+    assert metrics["quant/weight_error"] == weight_error(learner, actors.payload(), INT8)  # a layout of its own
+    assert 0 < metrics["quant/weight_error"] < 0.05
 
 
 def test_converting_an_int8_copy_leaves_the_global_random_generator_as_it_was(policy):
