@@ -115,22 +115,32 @@ def test_heavy_tail_benchmark_runs_every_implementation_at_the_same_updates_per_
 
 def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_path):
     """In its own process: the benchmark pins the process it runs in to one core."""
+    from actorq.bench.fleet import INT8_ENGINES
+    from actorq.quant._ao import DEFAULT_ENGINE
+
     out = tmp_path / "fleet.json"
     result = subprocess.run([sys.executable, "-m", "actorq.bench", "fleet", "--quick", "--learner-fps", "1000",
                              "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    env, fp32, fp32_last, int8 = rows[:4]
-    assert env["precision"] == "env alone (ale)" and fp32["precision"] == "fp32" and int8["precision"].startswith("int8")
+    measured, sized = [row for row in rows if "actor_fps" in row], [row for row in rows if "actor_cores" in row]
+    env, fp32, fp32_last, *int8s = measured
+    assert env["precision"] == "env alone (ale)" and fp32["precision"] == "fp32"
     assert fp32_last["precision"] == "fp32 channels-last"
+    assert [row["engine"] for row in int8s] == list(INT8_ENGINES[:2])
+    # what a run gets: the default engine's copy under plain quant.bits=8, the other by override
+    assert [row["engine"] for row in int8s if row["run_with"] == "quant.bits=8"] == [DEFAULT_ENGINE]
     fastest_fp32 = min(fp32["core_s_per_frame"], fp32_last["core_s_per_frame"])
-    assert int8["vs_fp32"] == pytest.approx(fastest_fp32 / int8["core_s_per_frame"])
-    for row in (fp32, fp32_last, int8):
+    for int8 in int8s:
+        assert int8["precision"] == f"int8 static ({int8['engine']})"
+        assert int8["vs_fp32"] == pytest.approx(fastest_fp32 / int8["core_s_per_frame"])
+        assert int8["payload_bytes"] < fp32["payload_bytes"] / 3 and int8["quantize_ms"] > 0
+    for row in (fp32, fp32_last, *int8s):
         assert row["core_s_per_frame"] == pytest.approx(1 / row["actor_fps"])
         assert row["ceiling_fps"] < env["actor_fps"]  # the policy costs time on top of the env
-    assert int8["payload_bytes"] < fp32["payload_bytes"] / 3 and int8["quantize_ms"] > 0
-    cores = {row["precision"]: row["actor_cores"] for row in rows[4:]}
+    cores = {row["precision"]: row["actor_cores"] for row in sized}
     assert cores["fp32"] == pytest.approx(1000 * fp32["core_s_per_frame"])
+    assert len(cores) == 2 + len(int8s)
 
 
 def test_pixel_learner_benchmark_times_the_update_loop_beside_the_real_learner(tmp_path):

@@ -2,7 +2,8 @@
 fp32 against int8, beside the env alone and the policy alone.
 
 ``actorq bench fleet [--game breakout] [--trunks nature impala] [--envs 8]
-[--steps 200] [--env-impls ale gymnasium] [--learner-fps 2000 10000] [--quick] [--out FILE.json]``
+[--steps 200] [--env-impls ale gymnasium] [--engines x86 onednn] [--calibration minmax]
+[--learner-fps 2000 10000] [--quick] [--out FILE.json]``
 
 Everything runs in this process pinned to one core, with one torch thread and one emulator
 thread: an actor worker as a fleet of cheap CPU cores runs it. A frame is one agent step (4
@@ -25,8 +26,11 @@ emulator frames, max-pooled, 84x84 grayscale, 4 stacked: :mod:`actorq.envs.atari
 - per learner speed in ``--learner-fps``: the actor cores it needs, fp32 and int8.
 
 The int8 copy is :func:`actorq.quant.conv.quantize_conv_policy`, calibrated on frames the
-random policy saw, with each engine this torch has timed and the faster one kept (the choice
-is the machine's, measured here).
+random policy saw with ``--calibration``'s observer (a run's default, ``quant.calibration``),
+once per int8 engine in ``--engines`` (by default each x86 or onednn engine this torch has).
+Every engine gets its row, and ``run_with`` names the overrides that give a run that copy:
+the default engine's row (torch's, ``quant.engine=null``) is what ``quant.bits=8`` runs, so
+the table shows what a run gets beside what the other engine would give on this CPU.
 """
 
 from __future__ import annotations
@@ -43,11 +47,19 @@ import torch
 from actorq.algos.conv import PixelPolicy
 from actorq.bench._table import report, write_json
 from actorq.envs.atari import make_atari
-from actorq.quant._ao import ENGINES
-from actorq.quant.conv import quantize_conv_policy, serialized_bytes
+from actorq.quant._ao import DEFAULT_ENGINE, ENGINES, FX_OBSERVERS
+from actorq.quant import QuantSpec
+from actorq.quant.conv import full_range_for, quantize_conv_policy, serialized_bytes
 from actorq.run.learner_precision import cpu_fields, device_name
 from actorq.util.arguments import as_options
 from actorq.util.memory_format import set_channels_last
+
+INT8_ENGINES = tuple(engine for engine in ("x86", "onednn", "fbgemm") if engine in ENGINES)
+"""The int8 engines with server-CPU convolution kernels that this torch build has; the first two
+are timed by default (fbgemm is what x86 runs for most shapes)."""
+
+RUN_CALIBRATION = QuantSpec().calibration
+"""The observer a run's int8 copy calibrates with unless ``quant.calibration`` says otherwise."""
 
 CPU_FLAGS = ("avx2", "avx512_vnni", "avx512_bf16", "amx_int8")
 """The CPU features that decide int8 and bf16 speed, reported with every run."""
@@ -62,6 +74,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per row (the median is kept)")
     parser.add_argument("--env-impls", nargs="+", default=["ale"], choices=sorted(ENV_IMPLS),
                         help="emulator paths timed alone (the actor loop runs the first)")
+    parser.add_argument("--engines", nargs="+", default=list(INT8_ENGINES[:2]), choices=INT8_ENGINES,
+                        help="int8 engines to time (quant.engine), one row each")
+    parser.add_argument("--calibration", default=RUN_CALIBRATION, choices=sorted(FX_OBSERVERS),
+                        help="observer of the int8 copy's activation ranges (quant.calibration)")
     parser.add_argument("--learner-fps", type=float, nargs="*", default=[2000.0, 10000.0],
                         help="learner speeds (frames/s) to size the fleet for")
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
@@ -159,22 +175,27 @@ def actor_seconds(env, policy, steps: int, repeats: int) -> float:
     return _median_time(run, repeats) / (steps * env.num_envs)
 
 
-def fastest_int8(policy, frames: torch.Tensor, batch: torch.Tensor, repeats: int) -> tuple[torch.nn.Module, str, float]:
-    """The int8 copy on the engine whose inference is fastest here, that engine, and the
-    milliseconds its quantization took."""
-    best = None
-    for engine in ENGINES:
-        if engine not in ("x86", "fbgemm", "onednn"):
-            continue
+def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: str):
+    """Per engine: the int8 copy of ``policy`` calibrated on ``frames`` and the milliseconds
+    its quantization took (the learner's cost per pushed version)."""
+    for engine in engines:
+        full_range = full_range_for(engine)  # measured once per process: not a per-version cost
         started = time.perf_counter()
-        int8 = quantize_conv_policy(policy, frames, engine=engine)
-        quantize_ms = 1000 * (time.perf_counter() - started)
-        seconds = inference_seconds(int8, batch, repeats)
-        if best is None or seconds < best[3]:
-            best = (int8, engine, quantize_ms, seconds)
-    if best is None:
-        raise RuntimeError(f"no x86 or onednn int8 engine in this torch build ({', '.join(ENGINES)})")
-    return best[:3]
+        int8 = quantize_conv_policy(policy, frames, engine=engine, full_range=full_range, observer=calibration)
+        yield engine, int8, 1000 * (time.perf_counter() - started)
+
+
+def run_overrides(engine: str, calibration: str) -> str:
+    """The overrides under which a run's actors get the int8 copy of ``engine`` and
+    ``calibration`` (``-`` for the fp32 rows: fp32 actors pick their layout themselves)."""
+    if engine == "-":
+        return "-"
+    overrides = ["quant.bits=8"]
+    if engine != DEFAULT_ENGINE:
+        overrides.append(f"quant.engine={engine}")
+    if calibration != RUN_CALIBRATION:
+        overrides.append(f"quant.calibration={calibration}")
+    return " ".join(overrides)
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
@@ -187,7 +208,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
         env_s = env_seconds(env, args.steps, args.repeats)
         rows.insert(0, {"trunk": "-", "precision": f"env alone ({impl})", "infer_us": 0.0, "actor_fps": 1 / env_s,
                         "ceiling_fps": 1 / env_s, "core_s_per_frame": env_s, "payload_bytes": 0, "quantize_ms": 0.0,
-                        "engine": "-", "core": core, "cpu": cpu})
+                        "engine": "-", "run_with": "-", "core": core, "cpu": cpu})
         if impl != args.env_impls[0]:
             env.close()
     frames = calibration_frames(env, max(8, 256 // args.envs))
@@ -196,15 +217,17 @@ def measure(args: argparse.Namespace) -> list[dict]:
         torch.manual_seed(0)
         fp32 = PixelPolicy(trunk, frames.shape[1], env.single_action_space.n).eval()
         fp32_last = set_channels_last(copy.deepcopy(fp32), True)
-        int8, engine, quantize_ms = fastest_int8(fp32, frames, batch, args.repeats)
-        for precision, policy, cost_ms in (("fp32", fp32, 0.0), ("fp32 channels-last", fp32_last, 0.0),
-                                           (f"int8 static ({engine})", int8, quantize_ms)):
+        copies = [("fp32", fp32, 0.0, "-"), ("fp32 channels-last", fp32_last, 0.0, "-")]
+        copies += [(f"int8 static ({engine})", int8, cost_ms, engine)
+                   for engine, int8, cost_ms in int8_copies(fp32, frames, args.engines, args.calibration)]
+        for precision, policy, cost_ms, engine in copies:
             infer_s = inference_seconds(policy, batch, args.repeats)
             actor_s = actor_seconds(env, policy, args.steps, args.repeats)
             rows.append({"trunk": trunk, "precision": precision, "infer_us": 1e6 * infer_s, "actor_fps": 1 / actor_s,
                          "ceiling_fps": 1 / (env_s + infer_s), "core_s_per_frame": actor_s,
                          "payload_bytes": serialized_bytes(policy), "quantize_ms": cost_ms,
-                         "engine": engine if precision.startswith("int8") else "-", "core": core, "cpu": cpu})
+                         "engine": engine, "run_with": run_overrides(engine, args.calibration),
+                         "core": core, "cpu": cpu})
     env.close()
     return rows
 
