@@ -32,6 +32,8 @@ from actorq.util.choice import MARGIN, fastest
 from actorq.quant import _ao
 from actorq.quant.codecs import full_precision, registered
 from actorq.quant.fidelity import action_error
+from actorq.quant.layout import TrunkLayout
+from actorq.quant.module_layout import ModuleLayout, layout_of
 from actorq.quant.network import QuantizedNetwork
 from actorq.quant.spec import QuantSpec
 from actorq.quant.timing import time_forward
@@ -66,12 +68,13 @@ class PrecisionChoice:
         return out
 
 
-def candidate_specs(spec: QuantSpec) -> dict[str, QuantSpec]:
+def candidate_specs(spec: QuantSpec, convolutional: bool = False) -> dict[str, QuantSpec]:
     """The precisions ``auto`` compares: one per registered codec that is an
-    ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
-    once per quantized engine worth trying here (the default one, and ``onednn``). Each is
-    named by its codec (plus ``_onednn`` for the other engine)."""
-    codecs = [codec for codec in registered() if codec.auto_candidate]
+    ``auto_candidate`` (and, for a ``convolutional`` trunk, runs one), keeping ``spec``'s
+    observer and granularity, and an int8-kernel codec once per quantized engine worth trying
+    here (the default one, and ``onednn``). Each is named by its codec (plus ``_onednn`` for
+    the other engine)."""
+    codecs = [codec for codec in registered() if codec.auto_candidate and (codec.runs_modules or not convolutional)]
     engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
     candidates = {}
     for engine in engines:
@@ -110,28 +113,39 @@ def select_precision(
     """Times every candidate precision on one thread and picks one (see :func:`choose`).
 
     Args:
-        network: the learner's fp32 policy (``trunk`` + ``head``).
+        network: the learner's fp32 policy (``trunk`` + ``head``): an MLP trunk, or a
+            convolutional one (then only the codecs that run one are candidates).
         spec: the configured spec (its observer, granularity and ``auto_tolerance`` are used).
         batch_size: observations per forward in an actor (``envs_per_worker``).
-        observations: representative observations for calibration and action error; standard
-            normal ones if ``None`` (less representative: prefer a few env steps' worth).
+        observations: representative observations for calibration and action error; if
+            ``None``, standard normal vectors or, for a convolutional trunk, uniformly random
+            frames (less representative: prefer a few env steps' worth).
         discrete: whether the network outputs Q-values.
         iterations: timed forwards per candidate, spread over ``rounds`` interleaved rounds
             (each candidate keeps its best round, so a burst of load does not decide).
         margin: how much faster than fp32 a candidate must be.
     """
-    obs_dim = network.trunk[0].in_features
+    layout = layout_of(network.trunk)
+    convolutional = isinstance(layout, ModuleLayout)
     if observations is None:
-        observations = torch.randn(spec.calibration_samples, obs_dim)
+        observations = random_inputs(layout, spec.calibration_samples)
     batch = observations[torch.arange(batch_size) % len(observations)]
     networks = {
         name: QuantizedNetwork.from_network(network, candidate, calibration=observations)
-        for name, candidate in candidate_specs(spec).items()
+        for name, candidate in candidate_specs(spec, convolutional).items()
     }
     errors = {name: action_error(network, net, observations, discrete) for name, net in networks.items()}
     timings = measure_timings(networks, batch, iterations, rounds)
     name = choose(timings, errors, spec.auto_tolerance, margin)
     return PrecisionChoice(name, networks[name].quant, timings, errors, batch_size)
+
+
+def random_inputs(layout: TrunkLayout | ModuleLayout, count: int) -> torch.Tensor:
+    """``count`` made-up observations for ``layout``'s trunk: standard normal vectors, or
+    uniformly random uint8 frames."""
+    if isinstance(layout, ModuleLayout):
+        return torch.randint(0, 256, (count, *layout.input_shape), dtype=layout.input_dtype)
+    return torch.randn(count, layout.sizes[0])
 
 
 def measure_timings(
