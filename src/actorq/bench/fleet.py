@@ -175,14 +175,17 @@ def actor_seconds(env, policy, steps: int, repeats: int) -> float:
     return _median_time(run, repeats) / (steps * env.num_envs)
 
 
-def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: str):
-    """Per engine: the int8 copy of ``policy`` calibrated on ``frames`` and the milliseconds
-    its quantization took (the learner's cost per pushed version)."""
+def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: str, repeats: int):
+    """Per engine: the int8 copy of ``policy`` calibrated on ``frames`` and the median
+    milliseconds its quantization takes (the learner's cost per pushed version; the first
+    quantization of a process, several times dearer, is a warm-up)."""
     for engine in engines:
         full_range = full_range_for(engine)  # measured once per process: not a per-version cost
-        started = time.perf_counter()
-        int8 = quantize_conv_policy(policy, frames, engine=engine, full_range=full_range, observer=calibration)
-        yield engine, int8, 1000 * (time.perf_counter() - started)
+
+        def quantize(engine=engine, full_range=full_range):
+            return quantize_conv_policy(policy, frames, engine=engine, full_range=full_range, observer=calibration)
+        seconds = _median_time(quantize, repeats)
+        yield engine, quantize(), 1000 * seconds
 
 
 def run_overrides(engine: str, calibration: str) -> str:
@@ -219,7 +222,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
         fp32_last = set_channels_last(copy.deepcopy(fp32), True)
         copies = [("fp32", fp32, 0.0, "-"), ("fp32 channels-last", fp32_last, 0.0, "-")]
         copies += [(f"int8 static ({engine})", int8, cost_ms, engine)
-                   for engine, int8, cost_ms in int8_copies(fp32, frames, args.engines, args.calibration)]
+                   for engine, int8, cost_ms in int8_copies(fp32, frames, args.engines, args.calibration, args.repeats)]
         for precision, policy, cost_ms, engine in copies:
             infer_s = inference_seconds(policy, batch, args.repeats)
             actor_s = actor_seconds(env, policy, args.steps, args.repeats)
