@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
+from actorq.algos.conv import ImpalaCNN
 from actorq.algos.ppo import PPO
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, quantize
 from actorq.quant import _ao
-from actorq.quant.conv import quantize_conv_policy
+from actorq.quant.conv import first_stage, quantize_conv_policy
 from actorq.quant.fidelity import fidelity_metrics, weight_error
 from actorq.quant.quantize import payload_nbytes
 from actorq.util.errors import ConfigError
@@ -51,7 +52,7 @@ def test_the_int8_payload_runs_exactly_what_torch_ao_converts(policy):
     actors = QuantizedNetwork.template_for(policy, INT8)
     learner = _trained(policy)
     actors.load_payload(quantize(learner, INT8, calibration))
-    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)
+    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_first_stage=True)
     assert torch.equal(actors.features(frames), converted(frames))
     copied = pickle.loads(pickle.dumps(actors))  # what a worker process receives, rebuilt there
     assert torch.equal(copied.features(frames), converted(frames))
@@ -74,7 +75,7 @@ def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
     learner = _trained(policy)
     actors.load_payload(quantize(learner, INT8, calibration))
     assert not torch.equal(actors.features(frames), before)
-    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)(frames))
+    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_first_stage=True)(frames))
 
 
 def test_a_pushs_fidelity_converts_no_int8_model_and_its_weight_error_is_the_trunks(policy, monkeypatch):
@@ -86,7 +87,7 @@ def test_a_pushs_fidelity_converts_no_int8_model_and_its_weight_error_is_the_tru
     actors.load_payload(quantize(learner, INT8, calibration))
     conversions = []
     convert = _ao.convert_static_fx
-    monkeypatch.setattr(_ao, "convert_static_fx", lambda *args: conversions.append(1) or convert(*args))
+    monkeypatch.setattr(_ao, "convert_static_fx", lambda *args, **kwargs: conversions.append(1) or convert(*args, **kwargs))
     metrics = fidelity_metrics(learner, actors, frames, FRAMES, batch_size=8)
     assert conversions == []
     assert metrics["quant/weight_error"] == weight_error(learner, actors.payload(), INT8)  # a layout of its own
@@ -145,7 +146,7 @@ def test_the_learners_layout_stays_out_of_the_int8_copy_and_fp32_copies_measure_
     faster (measured once there, and again in each worker a layout is pickled to)."""
     calibration, frames = _frames(16), _frames(4, seed=1)
     learner = set_channels_last(_trained(policy), True)
-    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration)
+    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_first_stage=True)
     assert "channels_last" not in converted.code and uses_channels_last(learner)
     actors = QuantizedNetwork.template_for(policy, INT8)
     actors.load_payload(quantize(learner, INT8, calibration))
@@ -157,3 +158,21 @@ def test_the_learners_layout_stays_out_of_the_int8_copy_and_fp32_copies_measure_
     assert "channels_last" in fp32.layout._templates
     assert uses_channels_last(fp32.built().trunk) == fp32.layout.fp32_channels_last()
     assert "channels_last" not in pickle.loads(pickle.dumps(fp32.layout))._templates
+
+
+def test_bits_8_keeps_impalas_first_stage_fp32_and_channels_last_and_int8_static_quantizes_it(policy):
+    """IMPALA-CNN's first convolution and max-pool run faster in fp32 than in torch's int8
+    kernels (the max-pool sees only 16 channels); ``quant.bits=8`` keeps them so, while
+    ``quant.format=int8_static`` quantizes every layer. Nature-CNN has no such stage."""
+    calibration, frames = _frames(16), _frames(4, seed=1)
+    all_int8 = QuantSpec(bits=8, mode="static", format="int8_static")
+    stage = first_stage(policy.trunk)
+    impala = isinstance(policy.trunk[0], ImpalaCNN)
+    assert [name.split(".")[-2:] for name in stage] == ([["convs", "0"], ["convs", "1"]] if impala else [])
+    for spec, fp32_convs in ((INT8, 1 if impala else 0), (all_int8, 0)):
+        actors = QuantizedNetwork.from_network(policy, spec, calibration)
+        convs = [module for module in actors.built().trunk.modules() if type(module) is nn.Conv2d]
+        assert len(convs) == fp32_convs, spec.describe()
+        assert all(conv.weight.is_contiguous(memory_format=torch.channels_last) for conv in convs)
+        with torch.no_grad():  # the fp32 stage hands on a quantized tensor: the copy stays close
+            assert (actors(frames) - policy(frames)).abs().mean() < 0.1 * policy(frames).abs().max()

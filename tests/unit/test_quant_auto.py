@@ -182,26 +182,33 @@ def test_auto_times_every_codec_marked_as_a_candidate_and_keeps_only_faithful_on
     assert choice.name == picked and choice.spec == candidates[picked]
 
 
-# Per forward of 8 Breakout frames, one thread, measured by `bits=auto` on an AVX2-only AMD
-# EPYC: IMPALA-CNN's int8 copy packed for x86 ran slower than fp32 there; Nature-CNN's faster.
-CONV_SLOWER_INT8_US = {"fp32": 13937.0, "int8_static_fp32_ends": 15770.0, "int8_static_fp32_ends_onednn": 14100.0}
-CONV_FASTER_INT8_US = {"fp32": 2954.0, "int8_static_fp32_ends": 1987.0, "int8_static_fp32_ends_onednn": 1991.0}
+# Per forward of 8 Breakout frames of IMPALA-CNN, one thread, on an AVX2-only AMD EPYC:
+# every int8 copy slower than fp32 (made up, near what the x86 engine measured before the
+# first stage stayed fp32), and as measured with it (onednn's copies the fastest).
+CONV_SLOWER_INT8_US = {"fp32": 13937.0, "int8_static": 15770.0, "int8_static_fp32_ends": 14500.0,
+                       "int8_static_onednn": 14100.0, "int8_static_fp32_ends_onednn": 14000.0}
+CONV_FASTER_INT8_US = {"fp32": 13560.0, "int8_static": 15560.0, "int8_static_fp32_ends": 11816.0,
+                       "int8_static_onednn": 11160.0, "int8_static_fp32_ends_onednn": 10056.0}
 
 
 @pytest.mark.parametrize(("timings", "picked"), [(CONV_SLOWER_INT8_US, "fp32"),
-                                                 (CONV_FASTER_INT8_US, "int8_static_fp32_ends")])
+                                                 (CONV_FASTER_INT8_US, "int8_static_fp32_ends_onednn")])
 def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_picked_by_its_timings(
         monkeypatch, timings, picked):
-    """A pixel policy's candidates are fp32 and the int8 copy on each engine (no bf16 or int8
-    dynamic: they run MLPs only); made-up frames stand in when none are given, and the pick
-    follows the timings (the action errors are measured; the tolerance lets them all pass)."""
+    """A pixel policy's candidates are fp32 and, on each engine, the int8 copy with its first
+    stage in fp32 and with every layer in int8 (no bf16 or int8 dynamic: they run MLPs only);
+    made-up frames stand in when none are given, and the pick follows the timings (the action
+    errors are measured; the tolerance lets them all pass)."""
     from actorq.algos.conv import PixelPolicy
 
     if "onednn" not in torch.backends.quantized.supported_engines:
         timings = {name: us for name, us in timings.items() if not name.endswith("_onednn")}
     torch.manual_seed(0)
-    policy = PixelPolicy("nature", 4, num_actions=4).eval()
+    policy = PixelPolicy("impala", 4, num_actions=4).eval()
     given_timings(monkeypatch, timings)  # also checks that exactly these candidates were timed
-    choice = select_precision(policy, QuantSpec(bits="auto", auto_tolerance=1.0), batch_size=8, discrete=True)
+    spec = QuantSpec(bits="auto", auto_tolerance=1.0, calibration_samples=32)
+    choice = select_precision(policy, spec, batch_size=8, discrete=True)
+    if picked.endswith("_onednn") and "onednn" not in torch.backends.quantized.supported_engines:
+        picked = "int8_static_fp32_ends"
     assert choice.name == picked and choice.spec.bits == (32 if picked == "fp32" else 8)
     assert set(choice.action_errors) == set(timings) and choice.action_errors["fp32"] == 0.0

@@ -30,7 +30,9 @@ random policy saw with ``--calibration``'s observer (a run's default, ``quant.ca
 once per int8 engine in ``--engines`` (by default each x86 or onednn engine this torch has).
 Every engine gets its row, and ``run_with`` names the overrides that give a run that copy:
 the default engine's row (torch's, ``quant.engine=null``) is what ``quant.bits=8`` runs, so
-the table shows what a run gets beside what the other engine would give on this CPU.
+the table shows what a run gets beside what the other engine would give on this CPU. A trunk
+whose first stage ``quant.bits=8`` keeps in fp32 (IMPALA-CNN's) also gets the copy with every
+layer in int8 (``quant.format=int8_static``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from actorq.bench._table import report, write_json
 from actorq.envs.atari import make_atari
 from actorq.quant._ao import DEFAULT_ENGINE, ENGINES, FX_OBSERVERS
 from actorq.quant import QuantSpec
-from actorq.quant.conv import full_range_for, quantize_conv_policy, serialized_bytes
+from actorq.quant.conv import first_stage, full_range_for, quantize_conv_policy, serialized_bytes
 from actorq.run.learner_precision import cpu_fields, device_name
 from actorq.util.arguments import as_options
 from actorq.util.memory_format import set_channels_last
@@ -176,23 +178,27 @@ def actor_seconds(env, policy, steps: int, repeats: int) -> float:
 
 
 def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: str, repeats: int):
-    """Per engine: the int8 copy of ``policy`` calibrated on ``frames`` and the median
-    milliseconds its quantization takes (the learner's cost per pushed version; the first
-    quantization of a process, several times dearer, is a warm-up)."""
+    """Per engine, the int8 copies of ``policy`` calibrated on ``frames``: the one
+    ``quant.bits=8`` runs (its :func:`~actorq.quant.conv.first_stage` in fp32) and, where
+    that stage is not empty, the one with every layer in int8 (``quant.format=int8_static``).
+    Yields ``(precision, engine, overrides, copy, ms)``: ms is the median time its
+    quantization takes (the learner's cost per pushed version; the first quantization of a
+    process, several times dearer, is a warm-up)."""
+    variants = [(True, "")] + ([(False, ", all int8")] if first_stage(policy) else [])
     for engine in engines:
         full_range = full_range_for(engine)  # measured once per process: not a per-version cost
-
-        def quantize(engine=engine, full_range=full_range):
-            return quantize_conv_policy(policy, frames, engine=engine, full_range=full_range, observer=calibration)
-        seconds = _median_time(quantize, repeats)
-        yield engine, quantize(), 1000 * seconds
+        for fp32_first_stage, label in variants:
+            def quantize(engine=engine, full_range=full_range, fp32_first_stage=fp32_first_stage):
+                return quantize_conv_policy(policy, frames, engine=engine, full_range=full_range,
+                                            observer=calibration, fp32_first_stage=fp32_first_stage)
+            seconds = _median_time(quantize, repeats)
+            overrides = run_overrides(engine, calibration) + ("" if fp32_first_stage else " quant.format=int8_static")
+            yield f"int8 static{label} ({engine})", engine, overrides, quantize(), 1000 * seconds
 
 
 def run_overrides(engine: str, calibration: str) -> str:
     """The overrides under which a run's actors get the int8 copy of ``engine`` and
-    ``calibration`` (``-`` for the fp32 rows: fp32 actors pick their layout themselves)."""
-    if engine == "-":
-        return "-"
+    ``calibration``."""
     overrides = ["quant.bits=8"]
     if engine != DEFAULT_ENGINE:
         overrides.append(f"quant.engine={engine}")
@@ -220,16 +226,15 @@ def measure(args: argparse.Namespace) -> list[dict]:
         torch.manual_seed(0)
         fp32 = PixelPolicy(trunk, frames.shape[1], env.single_action_space.n).eval()
         fp32_last = set_channels_last(copy.deepcopy(fp32), True)
-        copies = [("fp32", fp32, 0.0, "-"), ("fp32 channels-last", fp32_last, 0.0, "-")]
-        copies += [(f"int8 static ({engine})", int8, cost_ms, engine)
-                   for engine, int8, cost_ms in int8_copies(fp32, frames, args.engines, args.calibration, args.repeats)]
-        for precision, policy, cost_ms, engine in copies:
+        copies = [("fp32", "-", "-", fp32, 0.0), ("fp32 channels-last", "-", "-", fp32_last, 0.0)]
+        copies += int8_copies(fp32, frames, args.engines, args.calibration, args.repeats)
+        for precision, engine, overrides, policy, cost_ms in copies:
             infer_s = inference_seconds(policy, batch, args.repeats)
             actor_s = actor_seconds(env, policy, args.steps, args.repeats)
             rows.append({"trunk": trunk, "precision": precision, "infer_us": 1e6 * infer_s, "actor_fps": 1 / actor_s,
                          "ceiling_fps": 1 / (env_s + infer_s), "core_s_per_frame": actor_s,
                          "payload_bytes": serialized_bytes(policy), "quantize_ms": cost_ms,
-                         "engine": engine, "run_with": run_overrides(engine, args.calibration),
+                         "engine": engine, "run_with": overrides,
                          "core": core, "cpu": cpu})
     env.close()
     return rows

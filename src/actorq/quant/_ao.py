@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -442,34 +442,44 @@ FX_OBSERVERS = {"minmax": tqo.MinMaxObserver, "moving_average": tqo.MovingAverag
 """The activation observer of each ``quant.calibration`` for FX graph mode (torch.ao's recipe: histogram)."""
 
 
-def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histogram") -> tq.QConfigMapping:
+def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histogram",
+                       fp32_modules: Sequence[str] = ()) -> tq.QConfigMapping:
     """torch.ao's default FX recipe for ``engine`` (per-channel weights), its activations
     calibrated by ``calibration``'s observer (the recipe's own: histogram) on 8 bits if
-    ``full_range``, else on the engine's default (7 for x86 and fbgemm)."""
+    ``full_range``, else on the engine's default (7 for x86 and fbgemm); the submodules named
+    in ``fp32_modules`` stay fp32."""
     mapping = tq.get_default_qconfig_mapping(engine)
     reduce_range = engine in REDUCED_RANGE_ENGINES and not full_range
     if calibration != "histogram" or (full_range and engine in REDUCED_RANGE_ENGINES):
         mapping.set_global(tq.QConfig(activation=FX_OBSERVERS[calibration].with_args(reduce_range=reduce_range),
                                       weight=tqo.default_per_channel_weight_observer))
+    for name in fp32_modules:
+        mapping.set_module_name(name, None)
     return mapping
 
 
 def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine: str, full_range: bool,
-                      observer: str = "histogram") -> nn.Module:
+                      observer: str = "histogram", fp32_modules: Sequence[str] = ()) -> nn.Module:
     """``model`` (changed in place) traced, observed on each batch of ``calibration`` (with
     ``observer``, a key of :data:`FX_OBSERVERS`) and converted to static int8 for ``engine``:
-    conv/linear + ReLU fused, per-channel weights, quantized adds.
+    conv/linear + ReLU fused, per-channel weights, quantized adds. The submodules named in
+    ``fp32_modules`` stay fp32, their convolutions channels-last (where torch's fp32 kernels
+    are fastest).
 
     torch.ao draws from the global random generator while it converts (the modules it
     builds initialise their weights); the generator is restored after, so the learner's
     draws (minibatch order, exploration) do not depend on whether, or how often, the
     actors' copy is converted."""
     with packing_engine(engine), torch.random.fork_rng(devices=[]):
-        mapping = fx_qconfig_mapping(engine, full_range, observer)
+        mapping = fx_qconfig_mapping(engine, full_range, observer, fp32_modules)
         prepared = prepare_fx(model, mapping, example_inputs=(calibration[0][:1],))
         for batch in calibration:
             prepared(batch)
-        return convert_fx(prepared)
+        converted = convert_fx(prepared)
+    for module in converted.modules():
+        if type(module) is nn.Conv2d:  # left fp32 (quantized convolutions are other types)
+            module.to(memory_format=torch.channels_last)
+    return converted
 
 
 def plain_tensors(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:

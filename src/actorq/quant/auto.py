@@ -70,11 +70,14 @@ class PrecisionChoice:
 
 def candidate_specs(spec: QuantSpec, convolutional: bool = False) -> dict[str, QuantSpec]:
     """The precisions ``auto`` compares: one per registered codec that is an
-    ``auto_candidate`` (and, for a ``convolutional`` trunk, runs one), keeping ``spec``'s
-    observer and granularity, and an int8-kernel codec once per quantized engine worth trying
-    here (the default one, and ``onednn``). Each is named by its codec (plus ``_onednn`` for
-    the other engine)."""
-    codecs = [codec for codec in registered() if codec.auto_candidate and (codec.runs_modules or not convolutional)]
+    ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
+    once per quantized engine worth trying here (the default one, and ``onednn``). Each is
+    named by its codec (plus ``_onednn`` for the other engine).
+
+    A ``convolutional`` trunk gets the codecs that run one, every int8-kernel codec among
+    them: ``int8_static`` quantizes a first stage that ``int8_static_fp32_ends`` keeps in fp32,
+    and which of the two is faster depends on the CPU."""
+    codecs = [codec for codec in registered() if _candidate(codec, convolutional)]
     engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
     candidates = {}
     for engine in engines:
@@ -83,6 +86,12 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False) -> dict[str, Q
             if engine == spec.engine or codec.int8_kernels:
                 candidates[f"{codec.name}{suffix}"] = replace(codec.candidate_spec(spec), engine=engine)
     return candidates
+
+
+def _candidate(codec, convolutional: bool) -> bool:
+    if convolutional:
+        return codec.runs_modules and (codec.auto_candidate or codec.int8_kernels)
+    return codec.auto_candidate
 
 
 def choose(

@@ -38,7 +38,8 @@ CALIBRATION_CHUNK = 64
 
 @torch.no_grad()
 def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = DEFAULT_ENGINE,
-                         full_range: bool | None = None, observer: str = "histogram") -> nn.Module:
+                         full_range: bool | None = None, observer: str = "histogram",
+                         fp32_first_stage: bool = False) -> nn.Module:
     """A static int8 copy of ``policy`` (frames in, float out), its activation ranges
     calibrated on ``frames`` ``[N, C, H, W]`` (uint8). ``policy`` itself is left as it was.
 
@@ -47,6 +48,7 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
             on this CPU; onednn's recipe always has them).
         observer: how activation ranges are calibrated: ``histogram`` (torch.ao's recipe),
             ``minmax`` or ``moving_average`` (``quant.calibration``).
+        fp32_first_stage: keep :func:`first_stage` in fp32 (channels-last).
 
     Raises:
         ValueError: for no calibration frames, or an engine this torch build lacks.
@@ -61,7 +63,30 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
     # The default layout: int8 kernels lay activations out their own way, and the actors'
     # template (traced from the layout's architecture) must trace the same graph.
     plain = set_channels_last(copy.deepcopy(policy).eval(), False)
-    return convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, full_range, observer)
+    fp32_modules = first_stage(plain) if fp32_first_stage else ()
+    return convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, full_range, observer,
+                             fp32_modules)
+
+
+def first_stage(policy: nn.Module) -> list[str]:
+    """The names of the modules an fp32 first stage keeps: a first convolution followed by a
+    max-pool (IMPALA-CNN's), both; else none (Nature-CNN's first convolution is as fast in int8).
+
+    The max-pool is why: at the full frame size it runs over the first convolution's few
+    channels (16), fewer than a vector register holds, where torch's quantized max-pool runs
+    without vectors; in fp32, channels-last, both ops together took 2.0 ms at a batch of 8
+    against 5.6 ms in int8 on an AVX2-only CPU (docs/measured/pixels.md).
+
+    Example:
+        >>> trunk = nn.Sequential(nn.Conv2d(4, 16, 3), nn.MaxPool2d(3, 2), nn.Conv2d(16, 8, 3))
+        >>> first_stage(trunk), first_stage(nn.Sequential(nn.Conv2d(4, 16, 3), nn.ReLU()))
+        (['0', '1'], [])
+    """
+    leaves = [(name, module) for name, module in policy.named_modules() if not list(module.children())]
+    first = next((k for k, (_, module) in enumerate(leaves) if isinstance(module, nn.Conv2d)), None)
+    if first is None or first + 1 == len(leaves) or not isinstance(leaves[first + 1][1], nn.MaxPool2d):
+        return []
+    return [leaves[first][0], leaves[first + 1][0]]
 
 
 def full_range_for(engine: str) -> bool:

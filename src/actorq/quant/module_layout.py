@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from actorq.quant import _ao
+from actorq.quant.conv import first_stage
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
 from actorq.util.errors import ConfigError
 from actorq.util.memory_format import channels_last_faster, has_layout_choice, set_channels_last
@@ -97,12 +98,16 @@ class ModuleLayout:
             self._templates["channels_last"] = faster
         return self._templates["channels_last"]
 
-    def int8_template(self, engine: str, full_range: bool) -> nn.Module:
-        """The int8 module torch.ao converts this structure into for ``engine`` (built once;
+    def int8_template(self, engine: str, full_range: bool, fp32_first_stage: bool = False) -> nn.Module:
+        """The int8 module torch.ao converts this structure into for ``engine``, with its
+        :func:`~actorq.quant.conv.first_stage` in fp32 if ``fp32_first_stage`` (built once;
         its weights and ranges are placeholders for a payload's)."""
-        key = (engine, full_range)
+        key = (engine, full_range, fp32_first_stage)
         if key not in self._templates:
-            self._templates[key] = _ao.convert_static_fx(self.fresh(), [self.example_inputs()], engine, full_range)
+            fresh = self.fresh()
+            fp32_modules = first_stage(fresh) if fp32_first_stage else ()
+            self._templates[key] = _ao.convert_static_fx(fresh, [self.example_inputs()], engine, full_range,
+                                                         fp32_modules=fp32_modules)
         return self._templates[key]
 
     def __getstate__(self) -> dict:
@@ -165,13 +170,18 @@ def restored_state(template: Mapping[str, object], payload: Payload) -> dict[str
 
 
 def quantized_weights(template: Mapping[str, object], payload: Payload) -> list[torch.Tensor]:
-    """The fp32 weights of every quantized layer of ``payload`` (a converted int8 module's,
-    ``template`` its structure's state), in module order."""
+    """The fp32 weights of every convolution and linear layer of ``payload`` (a converted int8
+    module's, ``template`` its structure's state), in module order: the quantized ones
+    dequantized, those left fp32 (a first stage kept in fp32) as they are."""
     weights = []
-    for value in restored_state(template, payload).values():
+    for key, value in restored_state(template, payload).items():
         first = value[0] if isinstance(value, tuple) else value
-        if isinstance(first, torch.Tensor) and first.is_quantized and first.dim() > 1:
+        if not isinstance(first, torch.Tensor) or first.dim() < 2:
+            continue
+        if first.is_quantized:
             weights.append(first.dequantize())
+        elif key.endswith(".weight"):
+            weights.append(first)
     return weights
 
 

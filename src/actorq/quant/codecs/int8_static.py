@@ -18,6 +18,7 @@ as plain tensors, which the actors load into a module of the same structure.
 from __future__ import annotations
 
 import copy
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -44,6 +45,8 @@ class Int8Static(Codec):
     int8_kernels = True
     calibrated = True
     runs_modules = True
+    fp32_first_stage: ClassVar[bool] = False
+    """A convolutional trunk keeps its :func:`~actorq.quant.conv.first_stage` in fp32."""
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
@@ -54,7 +57,7 @@ class Int8Static(Codec):
 
     def payload_spec(self, layout, spec):
         if isinstance(layout, ModuleLayout):
-            return state_payload_spec(_template(layout, spec).state_dict())
+            return state_payload_spec(self._template(layout, spec).state_dict())
         self.check_layout(layout)
         out = prefixed("input_", QPARAMS)
         for k, layer in enumerate(layout.layers):
@@ -81,14 +84,14 @@ class Int8Static(Codec):
     def decode(self, layout, spec, payload):
         with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
             if isinstance(layout, ModuleLayout):
-                module = copy.deepcopy(_template(layout, spec))
+                module = copy.deepcopy(self._template(layout, spec))
                 module.load_state_dict(restored_state(module.state_dict(), payload))
                 return module
             return self._decode(layout, spec, payload)
 
     def dequantized_weights(self, layout, spec, payload):
         if isinstance(layout, ModuleLayout):
-            return quantized_weights(_template(layout, spec).state_dict(), payload)
+            return quantized_weights(self._template(layout, spec).state_dict(), payload)
         return super().dequantized_weights(layout, spec, payload)
 
     def _decode(self, layout, spec, payload):
@@ -113,17 +116,24 @@ class Int8Static(Codec):
     def reference(self, trunk, spec, calibration):
         if isinstance(trunk, nn.Sequential) and not _convolutional(trunk):
             return _ao.convert_static(trunk, calibration, spec)
-        return quantize_conv_policy(trunk, calibration, _engine(spec), observer=spec.calibration)
+        return quantize_conv_policy(trunk, calibration, _engine(spec), observer=spec.calibration,
+                                    fp32_first_stage=self.fp32_first_stage)
+
+    def _template(self, layout: ModuleLayout, spec) -> nn.Module:
+        """The converted module a convolutional payload is loaded into, for ``spec``'s engine."""
+        engine = _engine(spec)
+        return layout.int8_template(engine, full_range_for(engine), self.fp32_first_stage)
+
+
+class Int8StaticFp32FirstStage(Int8Static):
+    """A convolutional trunk in int8 but for its first stage (not a format of its own:
+    :mod:`~actorq.quant.codecs.int8_static_fp32_ends` runs convolutional trunks with it)."""
+
+    fp32_first_stage = True
 
 
 def _engine(spec) -> str:
     return spec.engine or _ao.DEFAULT_ENGINE
-
-
-def _template(layout: ModuleLayout, spec) -> nn.Module:
-    """The converted module a convolutional payload is loaded into, for ``spec``'s engine."""
-    engine = _engine(spec)
-    return layout.int8_template(engine, full_range_for(engine))
 
 
 def _convolutional(trunk: nn.Module) -> bool:

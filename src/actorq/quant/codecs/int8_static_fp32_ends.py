@@ -22,9 +22,11 @@ or two ``Linear`` layers has nothing between its ends and runs in fp32.
 
 ``quant.format=int8_static`` selects the previous recipe (every layer in int8).
 
-A convolutional trunk runs as :mod:`~actorq.quant.codecs.int8_static` runs it, every layer in
-int8: its input, uint8 frames scaled by 1/255, quantizes without error, and its first
-convolution is a large share of its time.
+A convolutional trunk has no such ends: its input, uint8 frames scaled by 1/255, quantizes
+without error, and its last layer feeds the fp32 heads. It runs as
+:mod:`~actorq.quant.codecs.int8_static` runs it, in int8, but for a first convolution followed
+by a max-pool (IMPALA-CNN's first stage, :func:`actorq.quant.conv.first_stage`): those stay
+fp32, where torch's kernels run them faster than its int8 ones.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ from torch import nn
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import FLOAT32, float_layer, float_layer_spec, layer_modules, plain_linear
-from actorq.quant.codecs.int8_static import Int8Static, check_static_blocks
+from actorq.quant.codecs.int8_static import Int8Static, Int8StaticFp32FirstStage, check_static_blocks
 from actorq.quant.layout import TrunkLayout
 from actorq.quant.module_layout import ModuleLayout
 
 # The layers between the ends are an int8 static trunk of their own, run by that codec; its
 # layer j is layer j + 1 of the whole trunk.
 _INT8_STATIC = Int8Static()
+_CONV = Int8StaticFp32FirstStage()
 _LAYER_NAME = re.compile(r"^l(\d+)_")
 
 
@@ -59,7 +62,8 @@ class Int8StaticFp32Ends(Codec):
     calibrated = True
     auto_candidate = True
     runs_modules = True
-    middle: Codec = _INT8_STATIC  # the codec of the layers between the ends (and of a convolutional trunk)
+    middle: Codec = _INT8_STATIC  # the codec of the layers between the ends
+    conv: Codec = _CONV  # the codec of a convolutional trunk
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
@@ -70,7 +74,7 @@ class Int8StaticFp32Ends(Codec):
 
     def payload_spec(self, layout, spec):
         if isinstance(layout, ModuleLayout):
-            return self.middle.payload_spec(layout, spec)
+            return self.conv.payload_spec(layout, spec)
         last = layout.num_layers - 1
         out = float_layer_spec(layout, 0, FLOAT32)
         if _has_middle(layout):
@@ -81,7 +85,7 @@ class Int8StaticFp32Ends(Codec):
 
     def encode(self, trunk, layout, spec, calibration):
         if isinstance(layout, ModuleLayout):
-            return self.middle.encode(trunk, layout, spec, calibration)
+            return self.conv.encode(trunk, layout, spec, calibration)
         last = layout.num_layers - 1
         payload = float_layer(trunk, layout, 0, FLOAT32)
         if _has_middle(layout):
@@ -93,7 +97,7 @@ class Int8StaticFp32Ends(Codec):
 
     def decode(self, layout, spec, payload):
         if isinstance(layout, ModuleLayout):
-            return self.middle.decode(layout, spec, payload)
+            return self.conv.decode(layout, spec, payload)
         last = layout.num_layers - 1
         modules = _plain_layer(layout, payload, 0)
         if _has_middle(layout):
@@ -105,12 +109,12 @@ class Int8StaticFp32Ends(Codec):
 
     def dequantized_weights(self, layout, spec, payload):
         if isinstance(layout, ModuleLayout):
-            return self.middle.dequantized_weights(layout, spec, payload)
+            return self.conv.dequantized_weights(layout, spec, payload)
         return super().dequantized_weights(layout, spec, payload)
 
     def reference(self, trunk, spec, calibration):
         if any(isinstance(module, nn.Conv2d) for module in trunk.modules()):
-            return self.middle.reference(trunk, spec, calibration)
+            return self.conv.reference(trunk, spec, calibration)
         layout = TrunkLayout.from_trunk(trunk)
         if not _has_middle(layout):
             return copy.deepcopy(trunk)
