@@ -72,10 +72,11 @@ def first_stage(policy: nn.Module) -> list[str]:
     """The names of the modules an fp32 first stage keeps: a first convolution followed by a
     max-pool (IMPALA-CNN's), both; else none (Nature-CNN's first convolution is as fast in int8).
 
-    The max-pool is why: at the full frame size it runs over the first convolution's few
-    channels (16), fewer than a vector register holds, where torch's quantized max-pool runs
-    without vectors; in fp32, channels-last, both ops together took 2.0 ms at a batch of 8
-    against 5.6 ms in int8 on an AVX2-only CPU (docs/measured/pixels.md).
+    Why: at the full frame size, over the first convolution's few channels (16), torch's
+    quantized max-pool took ten times as long as over 32 channels at the same size, and its
+    int8 convolution with 4 input channels three times fp32's channels-last one: both ops
+    together took 5.6 ms at a batch of 8 in int8, about 2-3.5 ms in fp32, on an AVX2-only
+    CPU (docs/measured/pixels.md).
 
     Example:
         >>> trunk = nn.Sequential(nn.Conv2d(4, 16, 3), nn.MaxPool2d(3, 2), nn.Conv2d(16, 8, 3))
