@@ -115,7 +115,7 @@ def test_heavy_tail_benchmark_runs_every_implementation_at_the_same_updates_per_
 
 def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_path):
     """In its own process: the benchmark pins the process it runs in to one core."""
-    from actorq.bench.fleet import INT8_ENGINES
+    from actorq.bench.fleet import DEFAULT_ENGINES
     from actorq.quant._ao import DEFAULT_ENGINE
 
     out = tmp_path / "fleet.json"
@@ -127,7 +127,7 @@ def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_pat
     env, fp32, fp32_last, *int8s = measured
     assert env["precision"] == "env alone (ale)" and fp32["precision"] == "fp32"
     assert fp32_last["precision"] == "fp32 channels-last"
-    assert [row["engine"] for row in int8s] == list(INT8_ENGINES[:2])
+    assert [row["engine"] for row in int8s] == DEFAULT_ENGINES
     # what a run gets: the default engine's copy under plain quant.bits=8, the other by override
     assert [row["engine"] for row in int8s if row["run_with"] == "quant.bits=8"] == [DEFAULT_ENGINE]
     fastest_fp32 = min(fp32["core_s_per_frame"], fp32_last["core_s_per_frame"])

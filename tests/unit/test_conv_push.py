@@ -171,8 +171,11 @@ def test_bits_8_keeps_impalas_first_stage_fp32_and_channels_last_and_int8_static
     assert [name.split(".")[-2:] for name in stage] == ([["convs", "0"], ["convs", "1"]] if impala else [])
     for spec, fp32_convs in ((INT8, 1 if impala else 0), (all_int8, 0)):
         actors = QuantizedNetwork.from_network(policy, spec, calibration)
-        convs = [module for module in actors.built().trunk.modules() if type(module) is nn.Conv2d]
+        trunk = actors.built().trunk
+        convs = [module for module in trunk.modules() if type(module) is nn.Conv2d]
         assert len(convs) == fp32_convs, spec.describe()
+        # an fp32 first stage reads the frames themselves, scaled in fp32, not their int8 codes
+        assert ("quantized.mul" in trunk.code) == (fp32_convs == 0)
         assert all(conv.weight.is_contiguous(memory_format=torch.channels_last) for conv in convs)
         with torch.no_grad():  # the fp32 stage hands on a quantized tensor: the copy stays close
             assert (actors(frames) - policy(frames)).abs().mean() < 0.1 * policy(frames).abs().max()

@@ -191,12 +191,18 @@ CONV_FASTER_INT8_US = {"fp32": 13560.0, "int8_static": 15560.0, "int8_static_fp3
                        "int8_static_onednn": 11160.0, "int8_static_fp32_ends_onednn": 10056.0}
 
 
-@pytest.mark.parametrize(("timings", "picked"), [(CONV_SLOWER_INT8_US, "fp32"),
-                                                 (CONV_FASTER_INT8_US, "int8_static_fp32_ends_onednn")])
+# Nature-CNN has no first stage kept fp32: its two int8 copies would be the same, one is timed.
+NATURE_US = {"fp32": 2773.0, "int8_static_fp32_ends": 1970.0, "int8_static_fp32_ends_onednn": 1997.0}
+
+
+@pytest.mark.parametrize(("trunk", "timings", "picked"), [("impala", CONV_SLOWER_INT8_US, "fp32"),
+                                                          ("impala", CONV_FASTER_INT8_US, "int8_static_fp32_ends_onednn"),
+                                                          ("nature", NATURE_US, "int8_static_fp32_ends")])
 def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_picked_by_its_timings(
-        monkeypatch, timings, picked):
+        monkeypatch, trunk, timings, picked):
     """A pixel policy's candidates are fp32 and, on each engine, the int8 copy with its first
-    stage in fp32 and with every layer in int8 (no bf16 or int8 dynamic: they run MLPs only);
+    stage in fp32 and, where it has one (IMPALA-CNN), with every layer in int8 (no bf16 or int8
+    dynamic: they run MLPs only);
     made-up frames stand in when none are given, and the pick follows the timings (the action
     errors are measured; the tolerance lets them all pass)."""
     from actorq.algos.conv import PixelPolicy
@@ -204,7 +210,7 @@ def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_pick
     if "onednn" not in torch.backends.quantized.supported_engines:
         timings = {name: us for name, us in timings.items() if not name.endswith("_onednn")}
     torch.manual_seed(0)
-    policy = PixelPolicy("impala", 4, num_actions=4).eval()
+    policy = PixelPolicy(trunk, 4, num_actions=4).eval()
     given_timings(monkeypatch, timings)  # also checks that exactly these candidates were timed
     spec = QuantSpec(bits="auto", auto_tolerance=1.0, calibration_samples=32)
     choice = select_precision(policy, spec, batch_size=8, discrete=True)

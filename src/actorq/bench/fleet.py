@@ -57,8 +57,9 @@ from actorq.util.arguments import as_options
 from actorq.util.memory_format import set_channels_last
 
 INT8_ENGINES = tuple(engine for engine in ("x86", "onednn", "fbgemm") if engine in ENGINES)
-"""The int8 engines with server-CPU convolution kernels that this torch build has; the first two
-are timed by default (fbgemm is what x86 runs for most shapes)."""
+"""The int8 engines with server-CPU convolution kernels that this torch build has."""
+DEFAULT_ENGINES = [engine for engine in INT8_ENGINES if engine != "fbgemm"]
+"""The engines timed unless ``--engines`` says otherwise (fbgemm: what x86 runs for most shapes)."""
 
 RUN_CALIBRATION = QuantSpec().calibration
 """The observer a run's int8 copy calibrates with unless ``quant.calibration`` says otherwise."""
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per row (the median is kept)")
     parser.add_argument("--env-impls", nargs="+", default=["ale"], choices=sorted(ENV_IMPLS),
                         help="emulator paths timed alone (the actor loop runs the first)")
-    parser.add_argument("--engines", nargs="+", default=list(INT8_ENGINES[:2]), choices=INT8_ENGINES,
+    parser.add_argument("--engines", nargs="+", default=DEFAULT_ENGINES, choices=INT8_ENGINES,
                         help="int8 engines to time (quant.engine), one row each")
     parser.add_argument("--calibration", default=RUN_CALIBRATION, choices=sorted(FX_OBSERVERS),
                         help="observer of the int8 copy's activation ranges (quant.calibration)")
@@ -89,6 +90,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.trunks, args.envs, args.steps, args.repeats = args.trunks[:1], 2, 8, 1
     if args.envs < 1 or args.steps < 1 or args.repeats < 1:
         parser.error("--envs, --steps and --repeats must be positive")
+    if not args.engines:
+        parser.error(f"no x86, onednn or fbgemm int8 engine in this torch build ({', '.join(ENGINES)})")
     return args
 
 

@@ -443,11 +443,11 @@ FX_OBSERVERS = {"minmax": tqo.MinMaxObserver, "moving_average": tqo.MovingAverag
 
 
 def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histogram",
-                       fp32_modules: Sequence[str] = ()) -> tq.QConfigMapping:
+                       fp32_modules: Sequence[str] = (), fp32_ops: Sequence[Callable] = ()) -> tq.QConfigMapping:
     """torch.ao's default FX recipe for ``engine`` (per-channel weights), its activations
     calibrated by ``calibration``'s observer (the recipe's own: histogram) on 8 bits if
     ``full_range``, else on the engine's default (7 for x86 and fbgemm); the submodules named
-    in ``fp32_modules`` stay fp32."""
+    in ``fp32_modules`` and the functions in ``fp32_ops`` (e.g. ``operator.mul``) stay fp32."""
     mapping = tq.get_default_qconfig_mapping(engine)
     reduce_range = engine in REDUCED_RANGE_ENGINES and not full_range
     if calibration != "histogram" or (full_range and engine in REDUCED_RANGE_ENGINES):
@@ -455,23 +455,26 @@ def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histog
                                       weight=tqo.default_per_channel_weight_observer))
     for name in fp32_modules:
         mapping.set_module_name(name, None)
+    for op in fp32_ops:
+        mapping.set_object_type(op, None)
     return mapping
 
 
 def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine: str, full_range: bool,
-                      observer: str = "histogram", fp32_modules: Sequence[str] = ()) -> nn.Module:
+                      observer: str = "histogram", fp32_modules: Sequence[str] = (),
+                      fp32_ops: Sequence[Callable] = ()) -> nn.Module:
     """``model`` (changed in place) traced, observed on each batch of ``calibration`` (with
     ``observer``, a key of :data:`FX_OBSERVERS`) and converted to static int8 for ``engine``:
     conv/linear + ReLU fused, per-channel weights, quantized adds. The submodules named in
-    ``fp32_modules`` stay fp32, their convolutions channels-last (where torch's fp32 kernels
-    are fastest).
+    ``fp32_modules`` and the functions in ``fp32_ops`` stay fp32, the convolutions among them
+    channels-last (where torch's fp32 kernels are fastest).
 
     torch.ao draws from the global random generator while it converts (the modules it
     builds initialise their weights); the generator is restored after, so the learner's
     draws (minibatch order, exploration) do not depend on whether, or how often, the
     actors' copy is converted."""
     with packing_engine(engine), torch.random.fork_rng(devices=[]):
-        mapping = fx_qconfig_mapping(engine, full_range, observer, fp32_modules)
+        mapping = fx_qconfig_mapping(engine, full_range, observer, fp32_modules, fp32_ops)
         prepared = prepare_fx(model, mapping, example_inputs=(calibration[0][:1],))
         for batch in calibration:
             prepared(batch)

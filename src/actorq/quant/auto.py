@@ -31,6 +31,7 @@ from torch import nn
 from actorq.util.choice import MARGIN, fastest
 from actorq.quant import _ao
 from actorq.quant.codecs import full_precision, registered
+from actorq.quant.conv import first_stage
 from actorq.quant.fidelity import action_error
 from actorq.quant.layout import TrunkLayout
 from actorq.quant.module_layout import ModuleLayout, layout_of
@@ -68,16 +69,17 @@ class PrecisionChoice:
         return out
 
 
-def candidate_specs(spec: QuantSpec, convolutional: bool = False) -> dict[str, QuantSpec]:
+def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_stage: bool = False) -> dict[str, QuantSpec]:
     """The precisions ``auto`` compares: one per registered codec that is an
     ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
     once per quantized engine worth trying here (the default one, and ``onednn``). Each is
     named by its codec (plus ``_onednn`` for the other engine).
 
-    A ``convolutional`` trunk gets the codecs that run one, every int8-kernel codec among
-    them: ``int8_static`` quantizes a first stage that ``int8_static_fp32_ends`` keeps in fp32,
-    and which of the two is faster depends on the CPU."""
-    codecs = [codec for codec in registered() if _candidate(codec, convolutional)]
+    A ``convolutional`` trunk gets the codecs that run one and, if it has a first stage that
+    ``int8_static_fp32_ends`` keeps in fp32 (``fp32_first_stage``), every int8-kernel codec
+    among them: ``int8_static`` quantizes that stage, and which is faster depends on the CPU.
+    Without one, the two int8 copies are the same and only the candidate is timed."""
+    codecs = [codec for codec in registered() if _candidate(codec, convolutional, fp32_first_stage)]
     engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
     candidates = {}
     for engine in engines:
@@ -88,9 +90,9 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False) -> dict[str, Q
     return candidates
 
 
-def _candidate(codec, convolutional: bool) -> bool:
+def _candidate(codec, convolutional: bool, fp32_first_stage: bool) -> bool:
     if convolutional:
-        return codec.runs_modules and (codec.auto_candidate or codec.int8_kernels)
+        return codec.runs_modules and (codec.auto_candidate or (codec.int8_kernels and fp32_first_stage))
     return codec.auto_candidate
 
 
@@ -136,12 +138,13 @@ def select_precision(
     """
     layout = layout_of(network.trunk)
     convolutional = isinstance(layout, ModuleLayout)
+    candidates = candidate_specs(spec, convolutional, convolutional and bool(first_stage(layout.architecture)))
     if observations is None:
         observations = random_inputs(layout, spec.calibration_samples)
     batch = observations[torch.arange(batch_size) % len(observations)]
     networks = {
         name: QuantizedNetwork.from_network(network, candidate, calibration=observations)
-        for name, candidate in candidate_specs(spec, convolutional).items()
+        for name, candidate in candidates.items()
     }
     errors = {name: action_error(network, net, observations, discrete) for name, net in networks.items()}
     timings = measure_timings(networks, batch, iterations, rounds)

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import copy
 import io
+import operator
 
 import torch
 from torch import nn
 
-from actorq.quant._ao import DEFAULT_ENGINE, convert_static_fx, saturates_full_range
+from actorq.quant import _ao
+from actorq.quant._ao import DEFAULT_ENGINE, saturates_full_range
 from actorq.util.memory_format import set_channels_last
 
 CALIBRATION_CHUNK = 64
@@ -63,9 +65,17 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
     # The default layout: int8 kernels lay activations out their own way, and the actors'
     # template (traced from the layout's architecture) must trace the same graph.
     plain = set_channels_last(copy.deepcopy(policy).eval(), False)
-    fp32_modules = first_stage(plain) if fp32_first_stage else ()
-    return convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, full_range, observer,
-                             fp32_modules)
+    return _ao.convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, full_range, observer,
+                                 **fp32_parts(plain, fp32_first_stage))
+
+
+def fp32_parts(policy: nn.Module, fp32_first_stage: bool) -> dict[str, tuple]:
+    """What an int8 copy of ``policy`` keeps in fp32, as :func:`~actorq.quant._ao.convert_static_fx`
+    takes it: with ``fp32_first_stage``, the :func:`first_stage` modules and, when there are
+    any, the pixel scaling before them (a multiplication), so the fp32 convolution reads the
+    frames themselves, not their quantized codes."""
+    modules = tuple(first_stage(policy)) if fp32_first_stage else ()
+    return {"fp32_modules": modules, "fp32_ops": (operator.mul,) if modules else ()}
 
 
 def first_stage(policy: nn.Module) -> list[str]:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from actorq.quant import _ao
-from actorq.quant.conv import first_stage
+from actorq.quant.conv import fp32_parts
 from actorq.quant.layout import Payload, PayloadSpec, TrunkLayout
 from actorq.util.errors import ConfigError
 from actorq.util.memory_format import channels_last_faster, has_layout_choice, set_channels_last
@@ -105,9 +105,8 @@ class ModuleLayout:
         key = (engine, full_range, fp32_first_stage)
         if key not in self._templates:
             fresh = self.fresh()
-            fp32_modules = first_stage(fresh) if fp32_first_stage else ()
             self._templates[key] = _ao.convert_static_fx(fresh, [self.example_inputs()], engine, full_range,
-                                                         fp32_modules=fp32_modules)
+                                                         **fp32_parts(fresh, fp32_first_stage))
         return self._templates[key]
 
     def __getstate__(self) -> dict:

@@ -22,11 +22,13 @@ or two ``Linear`` layers has nothing between its ends and runs in fp32.
 
 ``quant.format=int8_static`` selects the previous recipe (every layer in int8).
 
-A convolutional trunk has no such ends: its input, uint8 frames scaled by 1/255, quantizes
-without error, and its last layer feeds the fp32 heads. It runs as
-:mod:`~actorq.quant.codecs.int8_static` runs it, in int8, but for a first convolution followed
-by a max-pool (IMPALA-CNN's first stage, :func:`actorq.quant.conv.first_stage`): those stay
-fp32, where torch's kernels run them faster than its int8 ones.
+A convolutional trunk runs as :mod:`~actorq.quant.codecs.int8_static` runs it, every layer in
+int8 (DQN's Q-value layer included), but for a first convolution followed by a max-pool
+(IMPALA-CNN's first stage, :func:`actorq.quant.conv.first_stage`): those, and the pixel
+scaling before them, stay fp32, where torch's kernels run them faster than its int8 ones.
+Its input needs no fp32 end for range's sake: every pixel is on the same 0..255 scale (on 7
+bits, where the CPU's int8 kernels keep activations to 7, the all-int8 copy's input loses
+each pixel's lowest bit).
 """
 
 from __future__ import annotations
