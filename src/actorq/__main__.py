@@ -23,7 +23,6 @@ from actorq.run.checks import check_run_config, composition_error
 from actorq.run.console import lightning_logs_through_root
 from actorq.util.errors import ConfigError, NonFiniteError
 from actorq.run.launch import logs_in_run_dir, sweep_error, unwritable_dir_error
-from actorq.run.resume import resume_overrides
 
 COMMANDS = {
     "train": ("[+experiment=NAME | algo=A env=E] [KEY=VALUE ...] [-m]",
@@ -103,6 +102,8 @@ def resume_command(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(f"Usage: actorq resume {COMMANDS['resume'][0]}\n  {COMMANDS['resume'][1]}")
         sys.exit(0 if argv else 2)
+    from actorq.run.resume import resume_overrides  # imports torch, to read checkpoints
+
     try:
         overrides = resume_overrides(Path(argv[0]).expanduser(), argv[1:])
     except ConfigError as error:

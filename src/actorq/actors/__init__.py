@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from actorq.actors.base import ActorSpec
-
+# Nothing heavy at import: the command line's config checks read actorq.actors.processes, and
+# `actorq --help` or a bad override must not wait for torch and TorchRL to import.
 if TYPE_CHECKING:
     from torch import nn
 
@@ -34,6 +34,8 @@ def actor_pool(policy: nn.Module, backend: str = "process", ray: Mapping[str, An
         kwargs: the :class:`~actorq.actors.base.ActorSpec` fields (the ``actors`` keys every
             backend shares, and what the experience pipeline adds: env, seed, frames done).
     """
+    from actorq.actors.base import ActorSpec
+
     spec = ActorSpec(**kwargs, collection=collection)
     if backend == "ray":
         from actorq.actors.ray_pool import RayActorPool

@@ -72,10 +72,15 @@ def check_top_level(cfg: DictConfig) -> None:
 
 def check_env_modules(cfg: DictConfig) -> None:
     """Imports ``env.module`` (the modules registering suites of one's own) in this process, so
-    that one that cannot be imported stops the run here, not in its actor processes."""
+    that one that cannot be imported stops the run here, not in its actor processes. With
+    none named, torch and the env libraries are not imported here (a bad value elsewhere is
+    refused in a second)."""
+    modules = _select(cfg, "env.module")
+    if modules is None:
+        return
     from actorq.envs import import_suites
 
-    import_suites(_select(cfg, "env.module"))
+    import_suites(modules)
 
 
 def check_seed(cfg: DictConfig) -> None:
