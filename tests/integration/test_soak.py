@@ -2,17 +2,20 @@
 actor workers, 120k frames, a push after every batch once learning runs, ~1200 in all)
 with one worker SIGKILLed after the 40k-frame checkpoint. It must finish, restart the
 workers once and drop nothing, account for every frame, keep its memory flat and leave no
-process behind. One run serves every test of this module.
+process behind. One run serves every test of this module. The learner makes a tenth of an
+update per frame (``algo.update_to_data=0.1``): what is soaked is the actors, the pushes and
+the replay, and the run is the actors' pace (1.5 min on an idle 2-core machine; at 0.5 updates
+per frame it was 2.8 min, learner-bound).
 
-Memory: the RSS of the main process and of the actor workers is sampled every 0.5 s. The
+Memory: the RSS of the main process and of the actor workers is sampled every 0.25 s. The
 replay (``replay.capacity=20000``) is full before the second half of the run, where the
 slope is fitted; a buffer still filling up grows the RSS by its transitions (~4 MB/min
-here). Measured in four runs on a 2-core machine at load 2-4: main process ~527 MB, slope
-0.3-1.8 MB/min and growth 0.9-1.8 MB over the second half; actor workers ~391 MB each,
-summed slope 0.0-0.5 MB/min (10 MB/min in one run); 1.8-2.9 min wall clock. With a leak of the
-pushed weights (18 KB per push) the main slope was 13.1 MB/min and its growth 21 MB,
-and with the restart throwing the other workers' batches away 100 frames were dropped: both
-fail here."""
+here). Measured on a 2-core machine, idle: main process ~572 MB, slope 0.17 MB/min and growth
+0.21 MB over the second half, actor workers' summed slope 0.58 MB/min, 1.5 min wall clock;
+beside another learning run: -0.14 MB/min, -0.6 MB, 0.23 MB/min, 2.2 min.
+With a leak of the pushed weights (18 KB per push) the main slope was 17.1 MB/min and its
+growth 12.0 MB (earlier, at 0.5 updates per frame: 13.1 MB/min, 21 MB), and with the restart
+throwing the other workers' batches away 100 frames were dropped: both fail here."""
 
 import json
 import os
@@ -33,10 +36,11 @@ WORKERS = 3
 KILL_AT = 40_000  # frames: the periodic checkpoint after which one worker is killed
 OVERRIDES = ["+experiment=dqn_cartpole", "algo.hidden=[64,64]", "quant.bits=8", f"actors.num_workers={WORKERS}",
              f"actors.total_frames={TOTAL}", f"actors.frames_per_batch={BATCH}", "actors.init_random_frames=500",
-             "algo.learning_starts=500", "algo.batch_size=32", "callbacks.push.every_n_steps=25",
+             "algo.learning_starts=500", "algo.batch_size=32", "algo.update_to_data=0.1",
+             "callbacks.push.every_n_steps=10",
              "eval.every_frames=15000", "eval.episodes=1", "checkpoint.every_frames=10000", "checkpoint.keep_last=2",
              "replay.capacity=20000", "~callbacks.carbon", "trainer.enable_progress_bar=false"]
-SAMPLE_EVERY_S = 0.5
+SAMPLE_EVERY_S = 0.25
 # Bounds on memory growth over the second half of the run (see the module docstring).
 MAIN_SLOPE_MB_PER_MIN = 6.0
 MAIN_GROWTH_MB = 10.0
