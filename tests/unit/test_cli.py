@@ -48,10 +48,11 @@ def test_help_and_an_override_the_config_checks_refuse_import_no_torch(tmp_path)
     script = f"""
 import sys
 from actorq.__main__ import cli
-for argv in (["--help"], ["resume", "--help"], ["train", "seed=-1"], ["train", "actors.num_workers=0"],
-             ["+experiment=ppo_cartpole", "eval.episodes=0"]):
+run_dir = "run_dir={tmp_path}"
+for argv in (["--help"], ["resume", "--help"], ["train", "seed=-1", run_dir],
+             ["train", "actors.num_workers=0", run_dir], ["+experiment=ppo_cartpole", "eval.episodes=0", run_dir]):
     try:
-        cli(argv + ["run_dir={tmp_path}"] if argv[0] != "--help" and argv[1:] != ["--help"] else argv)
+        cli(argv)
     except SystemExit as exited:
         assert exited.code in (0, 2), (argv, exited.code)
 print(sorted(name for name in {HEAVY!r} if name in sys.modules))
