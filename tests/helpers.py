@@ -117,13 +117,17 @@ def scalars(tb_dir: Path, keep: Callable[[str], bool] = lambda name: True) -> di
 def is_service(process: psutil.Process) -> bool:
     """multiprocessing's resource tracker or fork server: each lives as long as the process that
     started it (the test session, a run's main process), not as long as one pool of workers. The
-    workers the fork server forks share its command line; their parent is the server."""
+    workers the fork server forks share its command line; their parent is the server. A child of
+    the server with a command line of its own is the server's while it imports the modules it
+    preloads (glfw, imported with dm_control, asks a subprocess for its library's version)."""
     try:
         command = " ".join(process.cmdline())
         if "multiprocessing.resource_tracker" in command:
             return True
-        return "multiprocessing.forkserver" in command and "multiprocessing.forkserver" not in " ".join(
-            process.parent().cmdline())
+        parent = " ".join(process.parent().cmdline())
+        if "multiprocessing.forkserver" in command:
+            return "multiprocessing.forkserver" not in parent
+        return "multiprocessing.forkserver" in parent and is_service(process.parent())
     except (psutil.Error, AttributeError):  # ended, or no parent left
         return False
 

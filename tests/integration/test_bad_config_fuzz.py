@@ -3,9 +3,10 @@ process starts: one ``actorq: error:`` line, exit code 2, no traceback, no hang,
 left behind.
 
 The cases are every (key, bad value) pair below plus unknown keys, groups and options and bad
-override syntax. All of them go through the CLI's two steps in-process (``composition_error``,
-then ``train``, which must raise ``ConfigError`` before it starts anything); a fixed-seed
-sample also goes through the real CLI in subprocesses, with a timeout each.
+override syntax. All of them go through the CLI's two steps in-process (the composition that
+``composition_error`` checks, then ``train``, which must raise ``ConfigError`` before it starts
+anything), composing each case once; a fixed-seed sample also goes through the real CLI in
+subprocesses, with a timeout each.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import sys
 
 import psutil
 import pytest
-from hydra import compose, initialize_config_module
 
-from actorq.run.checks import composition_error
+from actorq.run.checks import composed
 from actorq.util.errors import ConfigError
 from actorq.train import train
 from tests.conftest import TINY
@@ -50,6 +50,7 @@ OTHER_BAD = {
     "replay.shared": ("maybe", "0"),
     "replay.checkpoint": ("2", "abc"),
     "actors.lean_envs": ("maybe", "1"),
+    "eval.stop_at_return": ("abc", "nan", "inf", "-inf", "true", "[475]", "''"),
     # read only with replay.prioritized=true (fanout: or replay.shared=true), actors.backend=ray,
     # quant.bits=auto, quant.bits=8 or auto: nothing reads them in this run
     "replay.alpha": ("-1", "0.7"),
@@ -77,7 +78,8 @@ STRUCTURE = (["nope=1"], ["algo.nope=1"], ["actors.nope=2"], ["+nope.key=1"], ["
              ["replay=prioritized"], ["replay=uniform"], ["quant.bits=16", "quant.engine=x86"],
              ["replay.shared=true", "replay.alpha=0.5"], ["quant.bits=8", "quant.auto_tolerance=0.1"],
              ["quant.format=int4_packed", "quant.bits=8"], ["quant.format=int4_packed", "quant.bits=auto"],
-             ["quant.format=int4_packed"], ["quant.format=int4"])
+             ["quant.format=int4_packed"], ["quant.format=int4"], ["eval.stop_at_return=475", "~callbacks.evaluation"],
+             ["callbacks.evaluation.stop_at_return=475"])
 
 
 def all_cases() -> list[list[str]]:
@@ -104,12 +106,8 @@ def test_the_fuzz_covers_many_bad_inputs():
 
 def refusal(overrides: list[str], run_dir: str) -> str:
     """What the CLI's checks say about ``overrides`` ('' when the run was not refused)."""
-    error = composition_error(overrides)
-    if error is not None:
-        return error
-    with initialize_config_module("actorq.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, "callbacks=no_checkpoint", f"run_dir={run_dir}", *overrides])
     try:
+        cfg = composed([*TINY, "callbacks=no_checkpoint", f"run_dir={run_dir}", *overrides])
         train(cfg)
     except ConfigError as raised:
         return str(raised)
@@ -123,8 +121,9 @@ def test_every_bad_override_is_refused_in_one_line_before_anything_starts(tmp_pa
             error = refusal(overrides, str(tmp_path / str(number)))
         except Exception as other:  # noqa: BLE001  any other exception is a finding
             error = f"{type(other).__name__}: {other}\n"
-        if not error or "\n" in error or stray_processes():
-            not_clean[" ".join(overrides)] = error or "not refused"
+        stray = [" ".join(process.cmdline()[:4]) for process in stray_processes()]
+        if not error or "\n" in error or stray:
+            not_clean[" ".join(overrides)] = f"{error or 'not refused'}{f'; left running: {stray}' if stray else ''}"
     assert not not_clean, f"{len(not_clean)} of {len(CASES)} not refused cleanly: {not_clean}"
 
 

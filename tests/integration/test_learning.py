@@ -9,9 +9,10 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from actorq.train import train
-from tests.helpers import solved_evaluations
+from tests.helpers import CARTPOLE_SOLVED, solved_evaluations
 
 pytestmark = pytest.mark.slow
+FP32_DQN = ("dqn_cartpole", f"eval.stop_at_return={CARTPOLE_SOLVED:g}")
 
 
 @pytest.fixture(scope="session")
@@ -40,9 +41,10 @@ def test_dqn_solves_cartpole_within_50k_frames(learning_run):
     ended at 134. Later, 9 int8-actor runs (seeds 0-5 and a 3-seed sweep): 7 ended at 500;
     seed 0 (this test's, without checkpoints) solved once at 25k and ended at 144, and seed
     4 peaked at 407 (never solved). This test's seed solved in each of its runs, so the gate
-    asks for one solved evaluation; the rate over seeds is for ``bench learning``.
+    asks for one solved evaluation, and the run stops at it (``eval.stop_at_return``); the
+    rate over seeds is for ``bench learning``.
     """
-    summary = learning_run("dqn_cartpole")
+    summary = learning_run(*FP32_DQN)
     assert summary["frames"] <= 50_000 + 256
     assert solved_evaluations(summary), summary["eval_history"]
 
@@ -71,7 +73,7 @@ def test_int8_actors_learn_as_well_as_fp32_on_cartpole(learning_run):
     worse at every evaluation failed it). The 5% comparison over seeds is
     ``actorq bench learning``.
     """
-    fp32 = learning_run("dqn_cartpole")
+    fp32 = learning_run(*FP32_DQN)  # stopped when solved: its best return is its solved one
     int8 = learning_run("dqn_cartpole", "quant.bits=8")
     assert int8["actor_precision"].startswith("int8")
     assert_actors_ran_what_was_pushed(int8)

@@ -4,7 +4,7 @@ import multiprocessing
 
 import pytest
 
-from actorq.run.checks import check_one_spelling, composition_error, unread_keys
+from actorq.run.checks import check_one_spelling, check_stop_at_return, composition_error, unread_keys
 from actorq.util.errors import ConfigError
 from actorq.run.launch import sweep_error
 from actorq.train import train
@@ -58,6 +58,14 @@ CASES = [
     ("callbacks.evaluation.every_frames=100", "callbacks.evaluation.every_frames is set with eval.every_frames; "
                                               "say eval.every_frames=100"),
     ("callbacks.evaluation.episodes=2", "say eval.episodes=2"),
+    ("callbacks.evaluation.stop_at_return=475", "say eval.stop_at_return=475"),
+    # the return that stops the run
+    ("eval.stop_at_return=abc", "eval.stop_at_return must be a number (the eval return that stops the run) or "
+                                "null, got 'abc'"),
+    ("eval.stop_at_return=nan", "eval.stop_at_return must be a number"),
+    ("eval.stop_at_return=true", "eval.stop_at_return must be a number"),
+    ("eval.stop_at_return=475 ~callbacks.evaluation",
+     "eval.stop_at_return=475 needs callbacks.evaluation: nothing reads it otherwise"),
 ]
 
 
@@ -91,6 +99,15 @@ def test_keys_read_with_the_run_settings_pass(make_cfg):
     assert unread_keys(cfg) == {}
     check_one_spelling(cfg)
     assert unread_keys(make_cfg("replay.shared=true", "replay.fanout=8")) == {}
+
+
+def test_stop_at_return_is_refused_with_parallel_learners(make_cfg):
+    """Ranks 1..N-1 follow rank 0's batches to the end of the budget: stopping rank 0 alone
+    would leave them waiting."""
+    with pytest.raises(ConfigError, match="eval.stop_at_return stops a single learner; with trainer.devices=2"):
+        check_stop_at_return(make_cfg("eval.stop_at_return=475", "trainer.devices=2"))
+    check_stop_at_return(make_cfg("eval.stop_at_return=-150.5"))
+    check_stop_at_return(make_cfg("eval.stop_at_return=null", "trainer.devices=2"))
 
 
 def test_checkpoint_keys_have_one_spelling(make_cfg):

@@ -37,6 +37,12 @@ class Evaluation(Callback):
     ``eval/return_mean_quant`` for the reduced-precision policy the actors run (when it is
     not fp32), once per evaluation, at the env frame it ran at. Keeps ``history`` (and ``history_quant``) as ``[(frames, return_mean), ...]``.
 
+    With ``stop_at_return``, the first scheduled evaluation whose fp32 mean reaches it stops the
+    run there (Stable-Baselines3's ``StopTrainingOnRewardThreshold``): the actors stop, the
+    run ends as at the end of its budget, and ``summary.json`` says at which frame
+    (``stopped_at_frames``). A resumed run trains on and stops again at the next such
+    evaluation (resume with ``eval.stop_at_return=null`` to play the whole budget).
+
     The actors' policy's episodes are time an fp32 run (and a peer library) does not spend:
     their seconds so far are logged as ``time/eval_quant_s`` (and ``eval_quant_s`` in the
     summary), so that wall-clock comparisons of the precisions can leave them out
@@ -56,15 +62,19 @@ class Evaluation(Callback):
             seed plus this plus ``k``.
         deterministic: greedy actions (``eval.deterministic``); ``False`` samples them from
             the policy's distribution, which only a stochastic policy (PPO) has.
+        stop_at_return: the mean return that stops the run (``eval.stop_at_return``, checked
+            with the run config); ``None``: the whole budget.
     """
 
     def __init__(self, every_frames: int, episodes: int = 10, seed_offset: int = 10_000, max_steps: int = 100_000,
-                 deterministic: bool = True):
+                 deterministic: bool = True, stop_at_return: float | None = None):
         self.every_frames = every_frames
         self.episodes = episodes
         self.max_steps = max_steps
         self.deterministic = deterministic
         self.seed_offset = seed_offset
+        self.stop_at_return = stop_at_return
+        self.stopped_at_frames: int | None = None
         self.schedule = Every(every_frames)
         self.history: list[tuple[int, float]] = []
         self.history_quant: list[tuple[int, float]] = []
@@ -85,10 +95,12 @@ class Evaluation(Callback):
 
     def summary_fields(self) -> dict:
         """The run's returns for ``summary.json``: the last and best evaluations of the fp32
-        policy, the last of the actors' policy, and every evaluation ``(frames, mean)``."""
+        policy, the last of the actors' policy, every evaluation ``(frames, mean)``, and the
+        frame the run stopped at for reaching ``stop_at_return`` (``None``: it did not)."""
         fields = {"final_return": self.last, "best_return": self.best, "final_return_quant": self.last_quant,
                   "eval_history": list(self.history), "eval_history_quant": list(self.history_quant),
-                  "eval_quant_s": round(self.quant_seconds, 3)}
+                  "eval_quant_s": round(self.quant_seconds, 3), "stop_at_return": self.stop_at_return,
+                  "stopped_at_frames": self.stopped_at_frames}
         if not self.history:
             fields["final_return_reason"] = "the run stopped before its first evaluation"
         return fields
@@ -107,7 +119,17 @@ class Evaluation(Callback):
         if trainer.sanity_checking or not self.should_update(pl_module.frames):
             return
         self.schedule.skip_past(pl_module.frames)
-        self.evaluate(trainer, pl_module)
+        mean = self.evaluate(trainer, pl_module)
+        if self.stop_at_return is not None and mean >= self.stop_at_return:
+            self.stop(trainer, pl_module.frames, mean)
+
+    def stop(self, trainer: L.Trainer, frames: int, mean: float) -> None:
+        """Ends the run after this batch, as its frame budget would (the actors stop, the last
+        checkpoint and the summary are written)."""
+        self.stopped_at_frames = frames
+        trainer.should_stop = True
+        logger.info("eval return %.1f >= eval.stop_at_return=%g: the run stops at %d frames", mean,
+                    self.stop_at_return, frames)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+import math
 import os
 import re
 from collections.abc import Callable
@@ -61,6 +62,7 @@ def check_run_config(cfg: DictConfig) -> None:
     check_read_keys(cfg)
     check_one_spelling(cfg)
     check_trainer(cfg)
+    check_stop_at_return(cfg)
 
 
 def check_top_level(cfg: DictConfig) -> None:
@@ -299,6 +301,24 @@ def check_trainer(cfg: DictConfig) -> None:
         check_parallel_learners(cfg, devices)
 
 
+def check_stop_at_return(cfg: DictConfig) -> None:
+    """``eval.stop_at_return``: a finite number, read by the evaluation of a single learner
+    (the other learner ranks of ``trainer.devices > 1`` follow rank 0's batches to the end of
+    the budget)."""
+    bar = _select(cfg, "eval.stop_at_return")
+    if bar is None:
+        return
+    if isinstance(bar, bool) or not isinstance(bar, (int, float)) or not math.isfinite(bar):
+        raise ConfigError(f"eval.stop_at_return must be a number (the eval return that stops the run) or null, "
+                          f"got {bar!r}")
+    if _select(cfg, "callbacks.evaluation") is None:
+        raise ConfigError(f"eval.stop_at_return={bar} needs callbacks.evaluation: nothing reads it otherwise")
+    devices = _select(cfg, "trainer.devices")
+    if is_int(devices) and devices > 1:
+        raise ConfigError(f"eval.stop_at_return stops a single learner; with trainer.devices={devices} the run "
+                          "plays its whole budget (set eval.stop_at_return=null)")
+
+
 def check_parallel_learners(cfg: DictConfig, devices: int) -> None:
     """``trainer.devices > 1``: the batch splits evenly over the ranks, and the run was started
     by ``actorq train`` (Lightning starts the other ranks by running that command again)."""
@@ -343,29 +363,39 @@ def composition_error(argv: list[str]) -> str | None:
     config folder (an experiment of one's own) is part of the composition."""
     if any(arg.startswith("-") for arg in argv):
         return None
-    overrides = [arg for arg in argv
-                 if not arg.lstrip("+~").startswith("hydra") or arg.lstrip("+~").startswith("hydra.searchpath")]
+    try:
+        composed([arg for arg in argv
+                  if not arg.lstrip("+~").startswith("hydra") or arg.lstrip("+~").startswith("hydra.searchpath")])
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def composed(overrides: list[str], return_hydra_config: bool = False) -> DictConfig:
+    """The config Hydra composes from one run's ``overrides`` (with its ``hydra`` node if
+    asked); a :class:`~actorq.util.errors.ConfigError` in one line when it cannot, naming a
+    replaced spelling or a renamed key where one was used."""
     replaced = next((arg for arg in overrides if arg.lstrip("+") in REPLACED_SPELLINGS), None)
     if replaced is not None:
-        return f"{replaced}: {REPLACED_SPELLINGS[replaced.lstrip('+')]}"
+        raise ConfigError(f"{replaced}: {REPLACED_SPELLINGS[replaced.lstrip('+')]}")
     for arg in overrides:
         key = arg.lstrip("+~").split("=", 1)[0]
         old = next((old for old in RENAMED_KEYS if key == old or key.startswith(old + ".")), None)
         if old is not None:
-            return f"{arg}: {old} is now {RENAMED_KEYS[old]} (say {arg.replace(old, RENAMED_KEYS[old], 1)})"
+            raise ConfigError(f"{arg}: {old} is now {RENAMED_KEYS[old]} "
+                              f"(say {arg.replace(old, RENAMED_KEYS[old], 1)})")
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         with initialize_config_module("actorq.conf", version_base="1.3"):
-            compose("config", overrides=overrides)
+            return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException, ValueError) as error:  # Hydra raises all three
         message = str(error)
         if "is not in struct" in str(error.__cause__):
             message = message.replace(".\n", ": no such key.\n", 1)
-        return _one_line(message)
-    return None
+        raise ConfigError(_one_line(message)) from error
 
 
 def _one_line(message: str) -> str:

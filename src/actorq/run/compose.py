@@ -20,10 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
-from actorq.run.checks import check_run_config, composition_error
-from actorq.util.errors import ConfigError
+from actorq.run.checks import check_run_config, composed
 
 
 def config(*overrides: str) -> DictConfig:
@@ -35,17 +34,11 @@ def config(*overrides: str) -> DictConfig:
     Raises:
         ConfigError: the command line's one-line message for an override it would refuse.
     """
-    overrides = list(overrides)
-    problem = composition_error(overrides)
-    if problem is not None:
-        raise ConfigError(problem)
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module("actorq.conf", version_base="1.3"):
+    cfg = composed(list(overrides), return_hydra_config=True)
+    with open_dict(cfg):
         if not any(item.startswith("run_dir=") for item in overrides):
-            named = compose("config", overrides=overrides, return_hydra_config=True).hydra.run.dir
-            overrides.append(f"run_dir={named}")
-        cfg = compose("config", overrides=overrides)
+            cfg.run_dir = cfg.hydra.run.dir
+        del cfg["hydra"]  # as Hydra's compose leaves a run's config
     check_run_config(cfg)
     return cfg
 

@@ -27,14 +27,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import open_dict
 
-from actorq.run.checks import composition_error, unread_keys
+from actorq.run.checks import composed, unread_keys
 from actorq.util.errors import ConfigError
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -74,10 +73,8 @@ def sweep_error(argv: list[str]) -> str | None:
         return str(error)
     unread: list[dict[str, str]] = []
     for number, job in enumerate(jobs):
-        error = composition_error(job)
-        if error is None:
-            error, job_unread = job_error(job)
-            unread.append(job_unread)
+        error, job_unread = job_error(job)
+        unread.append(job_unread)
         if error is not None:
             return f"sweep job {number} ({' '.join(job)}): {error}; no job was started"
     return unread_in_sweep(jobs, unread)
@@ -109,8 +106,10 @@ def job_error(job: list[str], sweep: bool = True) -> tuple[str | None, dict[str,
     as a single run from the command line."""
     from actorq.run.build import check_job
 
-    with initialize_config_module("actorq.conf", version_base="1.3"):
-        cfg = compose("config", overrides=job, return_hydra_config=True)
+    try:
+        cfg = composed(job, return_hydra_config=True)
+    except ConfigError as error:
+        return str(error), {}
     cfg.hydra.mode = RunMode.MULTIRUN if sweep else RunMode.RUN
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):  # the job's output dir exists only once Hydra launches it
