@@ -136,3 +136,13 @@ def test_a_sweep_whose_jobs_all_ignore_a_key_is_refused():
     error = sweep_error(["-m", "+experiment=dqn_cartpole", "seed=0,1", "replay.alpha=0.5"])
     assert error.startswith("sweep job 0 (+experiment=dqn_cartpole seed=0 replay.alpha=0.5): replay.alpha=0.5 needs "
                             "replay.prioritized=true") and "no job of the sweep reads it" in error
+
+
+def test_a_sweep_over_an_experiment_of_ones_own_is_checked_in_its_config_folder(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    assert sweep_error(["-m", searchpath, "+experiment=mine", "quant.bits=32,8"]) is None
+    error = sweep_error(["-m", searchpath, "+experiment=mine", "quant.bits=32,8", "replay.alpha=0.5"])
+    assert error.startswith("sweep job 0 (hydra.searchpath=") and \
+        "+experiment=mine quant.bits=32 replay.alpha=0.5): replay.alpha=0.5 needs replay.prioritized=true" in error

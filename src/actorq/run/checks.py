@@ -364,11 +364,21 @@ def composition_error(argv: list[str]) -> str | None:
     if any(arg.startswith("-") for arg in argv):
         return None
     try:
-        composed([arg for arg in argv
-                  if not arg.lstrip("+~").startswith("hydra") or arg.lstrip("+~").startswith("hydra.searchpath")])
+        composed(config_overrides(argv))
     except ConfigError as error:
         return str(error)
     return None
+
+
+def config_overrides(argv: list[str]) -> list[str]:
+    """The overrides of ``argv`` that make up the run's config: all but Hydra's own flags and
+    ``hydra.*`` keys, where ``hydra.searchpath`` stays (a user's config folder).
+
+    >>> config_overrides(["-m", "seed=0,1", "hydra.sweep.dir=s", "hydra.searchpath=[file://conf]"])
+    ['seed=0,1', 'hydra.searchpath=[file://conf]']
+    """
+    return [arg for arg in argv if not arg.startswith("-") and (
+        not arg.lstrip("+~").startswith("hydra") or arg.lstrip("+~").startswith("hydra.searchpath"))]
 
 
 def composed(overrides: list[str], return_hydra_config: bool = False) -> DictConfig:

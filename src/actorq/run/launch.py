@@ -33,7 +33,7 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import open_dict
 
-from actorq.run.checks import composed, unread_keys
+from actorq.run.checks import composed, config_overrides, unread_keys
 from actorq.util.errors import ConfigError
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -66,9 +66,8 @@ def sweep_error(argv: list[str]) -> str | None:
     flags = [arg for arg in argv if arg.startswith("-")]
     if not flags or set(flags) - set(MULTIRUN_FLAGS):
         return None  # a single run, or Hydra's own flags (--help, --cfg, ...)
-    overrides = [arg for arg in argv if not arg.startswith("-") and not arg.lstrip("+~").startswith("hydra")]
     try:
-        jobs = sweep_jobs(overrides)
+        jobs = sweep_jobs(config_overrides(argv))
     except ConfigError as error:
         return str(error)
     unread: list[dict[str, str]] = []
