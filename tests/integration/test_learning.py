@@ -50,9 +50,11 @@ def test_dqn_solves_cartpole_within_50k_frames(learning_run):
 
 
 def test_ddpg_reaches_the_reference_return(learning_run):
-    """TD3's bar is gated by the int8-actor run below: its ``final_return`` is the learner's
+    """Reaches -250 within 20k frames and stops there (``eval.stop_at_return``: seed 0 was at
+    -172 at 4k frames and between -96 and -190 at every later evaluation of a whole run).
+    TD3's bar is gated by the int8-actor run below: its ``final_return`` is the learner's
     fp32 policy's, so a separate fp32-actor TD3 run (~2 min of CI) would gate the same bar."""
-    summary = learning_run("ddpg_pendulum")
+    summary = learning_run("ddpg_pendulum", "eval.stop_at_return=-250")
     assert summary["frames"] <= 20_000 + 256
     assert summary["final_return"] >= -250.0, summary["eval_history"]
 
