@@ -266,11 +266,16 @@ def describe_result(summary: dict) -> str:
     >>> describe_result({"final_return": None, "final_return_reason": "callbacks.evaluation is off",
     ...                  "frames": 5000, "wall_clock_s": 61.4})
     'No eval return (callbacks.evaluation is off) after 5000 frames in 61 s'
+    >>> describe_result({"final_return": 489.4, "frames": 25088, "wall_clock_s": 42.0, "stop_at_return": 475.0,
+    ...                  "stopped_at_frames": 25088})
+    'Final eval return 489.4 after 25088 frames in 42 s: it reached eval.stop_at_return=475'
     """
     done = f"after {summary['frames']} frames in {summary['wall_clock_s']:.0f} s"
     if summary["final_return"] is None:
         return f"No eval return ({summary.get('final_return_reason', 'nothing evaluated')}) {done}"
-    return f"Final eval return {summary['final_return']:.1f} {done}"
+    stopped = f": it reached eval.stop_at_return={summary['stop_at_return']:g}" \
+        if summary.get("stopped_at_frames") is not None else ""
+    return f"Final eval return {summary['final_return']:.1f} {done}{stopped}"
 
 
 def describe_outputs(cfg: DictConfig) -> str:

@@ -60,10 +60,15 @@ def test_a_run_with_no_experiment_file_resumes_from_its_run_dir_to_a_larger_budg
     assert started.returncode == 0, started.stderr[-2000:]
     assert f"actorq resume {run_dir} actors.total_frames=N" in started.stdout
     first = json.loads((run_dir / "summary.json").read_text())
-    resumed = run_cli("resume", str(run_dir), "actors.total_frames=1024", cwd=tmp_path)
+    resumed = run_cli("resume", str(run_dir), "actors.total_frames=1024", "trainer.enable_progress_bar=true",
+                      cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "actorq resume: actorq train algo=ppo env=half_cheetah" in resumed.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (first["frames"], summary["frames"]) == (512, 1024)
     assert summary["learner_steps"] > first["learner_steps"]
+    # Lightning skips on_train_epoch_start in a run resumed mid-epoch: the bar still counts frames
+    bars = [line for line in resumed.stdout.replace("\r", "\n").splitlines() if line.startswith("Training:")]
+    assert any("| 512/1024 frames [" in bar for bar in bars) and "| 1024/1024 frames [" in bars[-1], bars
+    assert not any(re.search(r"\d+/\d+ \[", bar) for bar in bars)  # never a count of batches
 

@@ -40,18 +40,29 @@ class FrameProgressBar(TQDMProgressBar):
         self._in_frames = False
 
     @override
+    def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+        super().on_train_start(trainer, *args)
+        # A run resumed mid-epoch (any resumed run) gets no on_train_epoch_start from Lightning.
+        self._count_frames(trainer)
+
+    @override
     def on_train_epoch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        total = getattr(trainer.datamodule, "total_frames", None)
-        self._in_frames = total is not None
-        if not self._in_frames:
+        if not self._count_frames(trainer):
             self.train_progress_bar.bar_format = TQDMProgressBar.BAR_FORMAT
             super().on_train_epoch_start(trainer, *args)
-            return
+
+    def _count_frames(self, trainer: L.Trainer) -> bool:
+        """Sets the bar to count the run's env frames, from those done (a resumed run starts
+        where it stopped; tqdm's rate counts from ``initial``); ``False`` for a data module
+        without a frame budget."""
+        total = getattr(trainer.datamodule, "total_frames", None)
+        self._in_frames = total is not None
         bar = self.train_progress_bar
-        bar.reset(total=int(total))
-        # A resumed run starts where it stopped; tqdm's rate counts from `initial`.
-        bar.initial = bar.n = bar.last_print_n = trainer.lightning_module.frames
-        bar.set_description("Training")
+        if self._in_frames and bar is not None:
+            bar.reset(total=int(total))
+            bar.initial = bar.n = bar.last_print_n = trainer.lightning_module.frames
+            bar.set_description("Training")
+        return self._in_frames
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch: Any, batch_idx: int) -> None:
