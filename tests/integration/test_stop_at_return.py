@@ -10,6 +10,7 @@ import multiprocessing
 
 import pytest
 
+from actorq.run.checks import composed
 from actorq.train import train
 from tests.conftest import TINY
 
@@ -20,14 +21,10 @@ OVERRIDES = ("+experiment=dqn_cartpole", *TINY, f"actors.total_frames={TOTAL}", 
 
 @pytest.fixture(scope="module")
 def stopped_then_resumed(tmp_path_factory):
-    from hydra import compose, initialize_config_module
-
     run_dir = tmp_path_factory.mktemp("stop_at_return")
     summaries = []
     for extra in (["eval.stop_at_return=0"], ["eval.stop_at_return=null", "ckpt_path=last"]):
-        with initialize_config_module("actorq.conf", version_base="1.3"):
-            cfg = compose("config", overrides=[*OVERRIDES, f"run_dir={run_dir}", *extra])
-        summaries.append(train(cfg)[0])
+        summaries.append(train(composed([*OVERRIDES, f"run_dir={run_dir}", *extra]))[0])
         assert multiprocessing.active_children() == []  # the actors stopped with the run
     return run_dir, summaries
 
