@@ -83,11 +83,11 @@ def test_scaleout_benchmark_times_learner_ranks_backends_broadcasts_and_lock_ste
     fp32, int8 = tables["push"]
     assert (fp32["precision"], int8["precision"]) == ("fp32", "int8 static")
     assert 0.2 < int8["bytes_vs_fp32"] < 0.3  # int8 weights, fp32 first and last layers and scales
-    assert [(row["workers"], row["envs_per_worker"]) for row in tables["lockstep"]] == [(2, 1), (2, 2)]
+    assert [(row["workers"], row["envs_per_worker"]) for row in tables["lockstep"]] == [(2, 2)]  # hybrid: 2 envs each
     assert all(row[f"{scheme}_frames_per_s"] > 0 for row in tables["lockstep"]
                for scheme in ("sync", "async_1_in_flight", "async"))
     tables_in_json = [row["table"] for row in json.loads(out.read_text())["rows"]]
-    assert tables_in_json == ["learners"] * 2 + ["backend"] * 2 + ["push"] * 2 + ["lockstep"] * 2
+    assert tables_in_json == ["learners"] * 2 + ["backend"] * 2 + ["push"] * 2 + ["lockstep"]
 
 
 def test_dispatcher_lists_benchmarks_and_rejects_unknown_names():

@@ -93,10 +93,13 @@ def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
     """One Pendulum run's final return varies by about 25% between fp32 seeds alone
     (-174, -118, -99 measured), so a single-seed 5% comparison would test luck; the
     within-5% comparison over 3 seeds is ``actorq bench learning --seeds 0 1 2``.
-    Here int8 actors must reach the bar fp32 reaches, and the int8 policy itself must do at
-    most 5% worse than the fp32 policy on the same episodes (last evaluations of a 3-seed
-    ``quant.bits=8`` sweep: -180.8 vs -180.8, -138.2 vs -138.5, -159.7 vs -159.8)."""
-    int8 = learning_run("td3_pendulum", "quant.bits=8")
+    Here int8 actors must reach the bar fp32 reaches within the budget, and the int8 policy
+    itself must do at most 5% worse than the fp32 policy on the same episodes. The run stops
+    at the bar (``eval.stop_at_return``): in whole runs of seeds 0-3 with int8 actors the
+    first evaluation at -200 or better came at 6k-14k of the 20k frames, the int8 policy within
+    0.2% of the fp32 one there (-99.7 vs -99.7, -104.1 vs -104.2, -160.2 vs -160.1, -145.7 vs
+    -145.9) and at the last evaluations alike."""
+    int8 = learning_run("td3_pendulum", "quant.bits=8", "eval.stop_at_return=-200")
     assert int8["actor_precision"].startswith("int8")
     assert_actors_ran_what_was_pushed(int8)
     assert int8["frames"] <= 20_000 + 256
@@ -108,6 +111,7 @@ def test_int8_actors_meet_the_fp32_bar_on_pendulum(learning_run):
 def assert_actors_ran_what_was_pushed(summary: dict) -> None:
     """The network outputs the int8 actors recorded (Q-values, deterministic actions before
     the noise) are what the learner's copy of each pushed version computes, to float
-    rounding, over many pushes."""
+    rounding, over several pushes (a push is checked once the actors' batches that ran it
+    reach the learner: 8 in the TD3 run below when it stopped at 6k frames)."""
     recorded = summary["fidelity"]["output_error"]
-    assert recorded["pushes"] >= 10 and recorded["worst"] < 1e-4, recorded
+    assert recorded["pushes"] >= 5 and recorded["worst"] < 1e-4, recorded

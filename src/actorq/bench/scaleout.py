@@ -184,7 +184,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.quick:
         args.env, args.frames_per_batch, args.batches, args.rounds = "Pendulum-v1", 64, 3, 1
         args.push_width, args.pushes = 256, 2
-        args.lockstep_workers, args.lockstep_envs, args.lockstep_batches = [2], [1, 2], 3
+        args.lockstep_workers, args.lockstep_envs, args.lockstep_batches = [2], [2], 3
         args.lockstep_step_ms = [3]
         args.learner_frames, args.learner_hidden, args.learner_batch = 400, 16, 32
     return args
