@@ -26,3 +26,19 @@ def test_a_trunk_with_an_fp32_first_stage_also_gets_its_all_int8_copy_with_the_o
     fp32_convs = [sum(type(module) is nn.Conv2d for module in copy.modules()) for *_, copy, _ in copies]
     assert fp32_convs == ([1, 0] if trunk == "impala" else [0])
     assert all(ms > 0 for *_, ms in copies)
+
+
+def test_every_round_times_each_row_once_in_turn_after_a_warm_up_round():
+    from actorq.bench.fleet import interleaved_medians
+
+    calls, values = [], {"a": iter([9.0, 1.0, 3.0, 2.0]), "b": iter([9.0, 5.0, 4.0, 6.0])}
+
+    def timer(name):
+        def timed():
+            calls.append(name)
+            return next(values[name])
+        return timed
+
+    medians = interleaved_medians({"a": timer("a"), "b": timer("b")}, repeats=3)
+    assert calls == ["a", "b"] * 4  # a slower spell of the machine falls on both rows alike
+    assert medians == {"a": 2.0, "b": 5.0}  # the warm-up's 9.0 is not counted

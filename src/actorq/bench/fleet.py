@@ -7,7 +7,9 @@ fp32 against int8, beside the env alone and the policy alone.
 
 Everything runs in this process pinned to one core, with one torch thread and one emulator
 thread: an actor worker as a fleet of cheap CPU cores runs it. A frame is one agent step (4
-emulator frames, max-pooled, 84x84 grayscale, 4 stacked: :mod:`actorq.envs.atari`). Rows:
+emulator frames, max-pooled, 84x84 grayscale, 4 stacked: :mod:`actorq.envs.atari`). Each of
+``--repeats`` rounds times every row once in turn and a row keeps its median, so a slower
+spell of a shared machine falls on all rows alike. Rows:
 
 - ``env alone``: the emulators alone, random actions, for each of ``--env-impls``: ``ale``
   (ale-py's vector env, preprocessing in C++: what the actors run) and ``gymnasium`` (one
@@ -125,14 +127,30 @@ def pin_to_one_core() -> int:
     return core
 
 
-def _median_time(run: Callable[[], None], repeats: int) -> float:
-    run()  # warm-up: allocations, packed weights, first emulator frames
-    times = []
-    for _ in range(repeats):
+def _per_frame(run: Callable[[], None], frames: int) -> Callable[[], float]:
+    """A timer: runs ``run`` once and returns its seconds per frame (``frames`` frames a run)."""
+    def timed() -> float:
         started = time.perf_counter()
         run()
-        times.append(time.perf_counter() - started)
-    return float(np.median(times))
+        return (time.perf_counter() - started) / frames
+    return timed
+
+
+def _median_time(run: Callable[[], None], repeats: int) -> float:
+    return interleaved_medians({"run": _per_frame(run, 1)}, repeats)["run"]
+
+
+def interleaved_medians(timers: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Each timer's median over ``repeats`` rounds, after a warm-up round (allocations, packed
+    weights, first emulator frames). Every round runs each timer once in turn, so a slower
+    spell of a shared machine falls on every row alike and the ratios between rows hold."""
+    for timer in timers.values():
+        timer()
+    times = {name: [] for name in timers}
+    for _ in range(repeats):
+        for name, timer in timers.items():
+            times[name].append(timer())
+    return {name: float(np.median(seconds)) for name, seconds in times.items()}
 
 
 def calibration_frames(env, steps: int) -> torch.Tensor:
@@ -145,17 +163,17 @@ def calibration_frames(env, steps: int) -> torch.Tensor:
     return torch.from_numpy(np.concatenate(seen))
 
 
-def env_seconds(env, steps: int, repeats: int) -> float:
+def env_timer(env, steps: int) -> Callable[[], float]:
     """Seconds per frame of the emulators alone, random actions."""
     actions = [env.action_space.sample() for _ in range(steps)]
 
     def run():
         for action in actions:
             env.step(action)
-    return _median_time(run, repeats) / (steps * env.num_envs)
+    return _per_frame(run, steps * env.num_envs)
 
 
-def inference_seconds(policy, frames: torch.Tensor, repeats: int) -> float:
+def inference_timer(policy, frames: torch.Tensor) -> Callable[[], float]:
     """Seconds per frame of the policy alone at the batch of ``frames``."""
     steps = 50
 
@@ -163,21 +181,24 @@ def inference_seconds(policy, frames: torch.Tensor, repeats: int) -> float:
     def run():
         for _ in range(steps):
             policy(frames)
-    return _median_time(run, repeats) / (steps * len(frames))
+    return _per_frame(run, steps * len(frames))
 
 
-def actor_seconds(env, policy, steps: int, repeats: int) -> float:
-    """Seconds per frame of the actor's loop: policy on the frames, actions sampled, env step."""
-    frames, _ = env.reset()
+def actor_timer(env, policy, steps: int) -> Callable[[], float]:
+    """Seconds per frame of the actor's loop: policy on the frames, actions sampled, env step.
+    Each run goes on from the frames this loop last saw (the env steps between its runs too)."""
+    frames = None
 
     @torch.no_grad()
     def run():
         nonlocal frames
+        if frames is None:
+            frames, _ = env.reset()
         for _ in range(steps):
             logits = policy(torch.from_numpy(frames))
             actions = torch.distributions.Categorical(logits=logits).sample().numpy()
             frames, *_ = env.step(actions)
-    return _median_time(run, repeats) / (steps * env.num_envs)
+    return _per_frame(run, steps * env.num_envs)
 
 
 def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: str, repeats: int):
@@ -211,20 +232,17 @@ def run_overrides(engine: str, calibration: str) -> str:
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
+    """The table's rows. Every row's timings are taken in the same rounds
+    (:func:`interleaved_medians`); the int8 copies are quantized before the first round."""
     core = pin_to_one_core()
     flags = set(cpu_fields().get("flags", "").split())
     cpu = f"{device_name('cpu')}; {' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)}"
-    rows = []
-    for impl in args.env_impls[::-1]:  # the actors' own last: its env stays open for the loop
-        env = ENV_IMPLS[impl](args.game, args.envs)
-        env_s = env_seconds(env, args.steps, args.repeats)
-        rows.insert(0, {"trunk": "-", "precision": f"env alone ({impl})", "infer_us": 0.0, "actor_fps": 1 / env_s,
-                        "ceiling_fps": 1 / env_s, "core_s_per_frame": env_s, "payload_bytes": 0, "quantize_ms": 0.0,
-                        "engine": "-", "run_with": "-", "core": core, "cpu": cpu})
-        if impl != args.env_impls[0]:
-            env.close()
+    envs = {impl: ENV_IMPLS[impl](args.game, args.envs) for impl in args.env_impls}
+    env = envs[args.env_impls[0]]  # the actors' own, which the actor loop runs
     frames = calibration_frames(env, max(8, 256 // args.envs))
     batch = frames[: args.envs]
+    timers = {("-", f"env alone ({impl})"): env_timer(other, args.steps) for impl, other in envs.items()}
+    policies = {}
     for trunk in args.trunks:
         torch.manual_seed(0)
         fp32 = PixelPolicy(trunk, frames.shape[1], env.single_action_space.n).eval()
@@ -232,14 +250,24 @@ def measure(args: argparse.Namespace) -> list[dict]:
         copies = [("fp32", "-", "-", fp32, 0.0), ("fp32 channels-last", "-", "-", fp32_last, 0.0)]
         copies += int8_copies(fp32, frames, args.engines, args.calibration, args.repeats)
         for precision, engine, overrides, policy, cost_ms in copies:
-            infer_s = inference_seconds(policy, batch, args.repeats)
-            actor_s = actor_seconds(env, policy, args.steps, args.repeats)
-            rows.append({"trunk": trunk, "precision": precision, "infer_us": 1e6 * infer_s, "actor_fps": 1 / actor_s,
-                         "ceiling_fps": 1 / (env_s + infer_s), "core_s_per_frame": actor_s,
-                         "payload_bytes": serialized_bytes(policy), "quantize_ms": cost_ms,
-                         "engine": engine, "run_with": overrides,
-                         "core": core, "cpu": cpu})
-    env.close()
+            policies[trunk, precision] = engine, overrides, policy, cost_ms
+            timers[trunk, precision, "infer"] = inference_timer(policy, batch)
+            timers[trunk, precision, "actor"] = actor_timer(env, policy, args.steps)
+    seconds = interleaved_medians(timers, args.repeats)
+    for other in envs.values():
+        other.close()
+    alone = {impl: seconds["-", f"env alone ({impl})"] for impl in args.env_impls}
+    env_s = alone[args.env_impls[0]]
+    common = {"core": core, "cpu": cpu}
+    rows = [{"trunk": "-", "precision": f"env alone ({impl})", "infer_us": 0.0, "actor_fps": 1 / impl_s,
+             "ceiling_fps": 1 / impl_s, "core_s_per_frame": impl_s, "payload_bytes": 0, "quantize_ms": 0.0,
+             "engine": "-", "run_with": "-", **common} for impl, impl_s in alone.items()]
+    for (trunk, precision), (engine, overrides, policy, cost_ms) in policies.items():
+        infer_s, actor_s = seconds[trunk, precision, "infer"], seconds[trunk, precision, "actor"]
+        rows.append({"trunk": trunk, "precision": precision, "infer_us": 1e6 * infer_s, "actor_fps": 1 / actor_s,
+                     "ceiling_fps": 1 / (env_s + infer_s), "core_s_per_frame": actor_s,
+                     "payload_bytes": serialized_bytes(policy), "quantize_ms": cost_ms,
+                     "engine": engine, "run_with": overrides, **common})
     return rows
 
 
