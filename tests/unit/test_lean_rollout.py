@@ -81,3 +81,13 @@ def test_other_envs_take_torchrl_rollout():
         assert [tuple(batch.shape) for batch in collector] == [(20,), (20,)]
     finally:
         collector.shutdown()
+
+
+def test_within_an_episode_each_steps_next_observation_is_the_next_steps_observation():
+    """What PPO's values rely on (one value per frame: ``V(s'_t)`` is ``V(s_{t+1})`` unless
+    the episode ended at ``t``): the lean rollout's next observations, across restarts."""
+    for batch in _batches(LeanCollector, "CartPole-v1", 3, 0, batches=2):
+        going_on = ~batch["next", "done"][:, :-1, 0]
+        assert (~going_on).any()  # the batch has episode ends
+        assert torch.equal(batch["next", "observation"][:, :-1][going_on], batch["observation"][:, 1:][going_on])
+        assert not torch.equal(batch["next", "observation"][:, :-1], batch["observation"][:, 1:])

@@ -13,6 +13,7 @@ from actorq.actors.policy import actor_policy
 from actorq.algos.networks import GaussianHead, GaussianPolicy, ObservationNormalizer
 from actorq.algos.on_policy import RewardScaler, behaviour_correction, rollout_fields, rows_by_worker, vtrace
 from actorq.algos.ppo import PPO, orthogonal_
+from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
 
@@ -136,13 +137,14 @@ def hand_set_ppo(**ppo_args) -> PPO:
 
 
 def hand_made_rollout() -> TensorDict:
-    """The two rows of test_on_policy.py's hand-computed GAE and V-trace cases, as actors would
-    record them: V(s_t) = (1, 2, 1, 2) and V(s'_t) = (2, 3, 5, 6) put in the observations,
-    rewards (1, 2, 3, 4), row 0 cut by a time limit at step 1, row 1 terminated at steps 1 and
-    3; actions (0, 1, 0, 1) taken with mu = (0.05, 0.8, 0.8, 0.4), so pi_prox / mu = (4, 1, 0.25, 2)."""
+    """Two rows as actors record them: V(s_t) = (1, 2, 1, 5) and V(s'_t) = (2, 3, 5, 6) put in
+    the observations (within an episode s'_t is s_{t+1}; s'_1 is an episode's final observation,
+    s'_3 the rollout's last), rewards (1, 2, 3, 4), row 0 cut by a time limit at step 1, row 1
+    terminated at steps 1 and 3; actions (0, 1, 0, 1) taken with mu = (0.05, 0.8, 0.8, 0.4),
+    so pi_prox / mu = (4, 1, 0.25, 2)."""
     shape = (2, 4)
     observation, next_observation = torch.zeros(*shape, 4), torch.zeros(*shape, 4)
-    observation[..., 0] = torch.tensor([1.0, 2.0, 1.0, 2.0])
+    observation[..., 0] = torch.tensor([1.0, 2.0, 1.0, 5.0])
     next_observation[..., 0] = torch.tensor([2.0, 3.0, 5.0, 6.0])
     terminated = torch.tensor([[False, False, False, False], [False, True, False, True]])
     done = torch.tensor([[False, True, False, False], [False, True, False, True]])
@@ -159,21 +161,23 @@ def test_prepare_by_hand_in_lock_step_gae_weights_and_the_correction_terms():
     learner = hand_set_ppo()
     steps, terms = learner.prepare(hand_made_rollout())
     assert steps["prox_log_prob"].exp().tolist() == pytest.approx([0.2, 0.8, 0.2, 0.8] * 2)
-    # GAE(0.5) as in test_on_policy.py: rows (1.375, 1.5, 5.75, 5) and (1, 0, 5, 2); returns A + V.
-    assert steps["advantage"].tolist() == pytest.approx([1.375, 1.5, 5.75, 5.0, 1.0, 0.0, 5.0, 2.0])
-    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 6.75, 7.0, 2.0, 2.0, 6.0, 4.0])
+    # GAE(0.5): delta = r + 0.5 V' (not terminated) - V: rows (1, 1.5, 4.5, 2) and (1, 0, 4.5, -1);
+    # A_t = delta_t + 0.25 (not done) A_{t+1}: rows (1.375, 1.5, 5, 2) and (1, 0, 4.25, -1); returns A + V.
+    # The values at the episode ends (s'_1) and the rollout's end (s'_3) are not those of s_{t+1}.
+    assert steps["advantage"].tolist() == pytest.approx([1.375, 1.5, 5.0, 2.0, 1.0, 0.0, 4.25, -1.0])
+    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 6.0, 7.0, 2.0, 2.0, 5.25, 4.0])
     # w = min(pi_prox / mu, 1.5) = (1.5, 1, 0.25, 1.5): lagged actors, ratios above and below C.
     assert steps["weight"].tolist() == pytest.approx([1.5, 1.0, 0.25, 1.5] * 2)
     # KL estimate: mean of (r - 1) - log r = (3 - log 4) + 0 + (-0.75 + log 4) + (1 - log 2), over 4.
     assert float(terms["kl_behaviour"]) == pytest.approx((3.25 - math.log(2.0)) / 4, rel=1e-5)
     assert float(terms["truncated_fraction"]) == 0.5 and float(terms["importance_weight_max"]) == 1.5
     assert float(terms["importance_weight_mean"]) == pytest.approx(4.25 / 4)
-    # The first minibatch (pi == pi_prox, every r = 1): L_policy = -mean(w A) = -(12.5 + 5.75) / 8;
-    # L_value = mean((R - V)^2) = mean(A^2) = (62.203125 + 30) / 8.
+    # The first minibatch (pi == pi_prox, every r = 1): L_policy = -mean(w A) = -(7.8125 + 1.0625) / 8;
+    # L_value = mean((R - V)^2) = mean(A^2) = (33.140625 + 20.0625) / 8.
     learner.normalize_advantage = False
     _, loss_terms, _ = learner._loss(steps, clip=0.2)
-    assert float(loss_terms["loss_policy"]) == pytest.approx(-18.25 / 8, rel=1e-5)
-    assert float(loss_terms["loss_value"]) == pytest.approx(92.203125 / 8, rel=1e-5)
+    assert float(loss_terms["loss_policy"]) == pytest.approx(-8.875 / 8, rel=1e-5)
+    assert float(loss_terms["loss_value"]) == pytest.approx(53.203125 / 8, rel=1e-5)
 
 
 def test_prepare_by_hand_under_asynchronous_collection_takes_vtrace_with_caps_of_one():
@@ -181,13 +185,13 @@ def test_prepare_by_hand_under_asynchronous_collection_takes_vtrace_with_caps_of
     learner.asynchronous = True
     steps, _ = learner.prepare(hand_made_rollout())
     # rho = min(1, r) = (1, 1, 0.25, 1), c = 0.5 rho = (0.5, 0.5, 0.125, 0.5).
-    # Row 0: delta = (1, 1.5, 0.25 * 4.5, 5); v - V: 5, 1.125 + 0.5 * 0.125 * 5 = 1.4375, 1.5 (done),
-    #   1 + 0.5 * 0.5 * 1.5 = 1.375; targets (2.375, 3.5, 2.4375, 7);
-    #   A = (1 + 0.5 * 3.5 - 1, 2 + 0.5 * 3 - 2, 3 + 0.5 * 7 - 1, 4 + 0.5 * 6 - 2) = (1.75, 1.5, 5.5, 5).
-    # Row 1: delta = (1, 0, 1.125, 2); v - V: 2, 1.125 + 0.0625 * 2 = 1.25, 0, 1; targets (2, 2, 2.25, 4);
-    #   A = (1 + 0.5 * 2 - 1, 0, 3 + 0.5 * 4 - 1, 4 - 2) = (1, 0, 4, 2).
-    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 2.4375, 7.0, 2.0, 2.0, 2.25, 4.0])
-    assert steps["advantage"].tolist() == pytest.approx([1.75, 1.5, 5.5, 5.0, 1.0, 0.0, 4.0, 2.0])
+    # Row 0: delta = (1, 1.5, 0.25 * 4.5, 2); v - V: 2, 1.125 + 0.5 * 0.125 * 2 = 1.25, 1.5 (done),
+    #   1 + 0.5 * 0.5 * 1.5 = 1.375; targets (2.375, 3.5, 2.25, 7);
+    #   A = (1 + 0.5 * 3.5 - 1, 2 + 0.5 * 3 - 2, 3 + 0.5 * 7 - 1, 4 + 0.5 * 6 - 5) = (1.75, 1.5, 5.5, 2).
+    # Row 1: delta = (1, 0, 1.125, -1); v - V: -1, 1.125 - 0.0625 = 1.0625, 0, 1; targets (2, 2, 2.0625, 4);
+    #   A = (1 + 0.5 * 2 - 1, 0, 3 + 0.5 * 4 - 1, 4 - 5) = (1, 0, 4, -1).
+    assert steps["return"].tolist() == pytest.approx([2.375, 3.5, 2.25, 7.0, 2.0, 2.0, 2.0625, 4.0])
+    assert steps["advantage"].tolist() == pytest.approx([1.75, 1.5, 5.5, 2.0, 1.0, 0.0, 4.0, -1.0])
     assert steps["weight"].tolist() == pytest.approx([1.5, 1.0, 0.25, 1.5] * 2)  # C, not rho-bar
 
 
@@ -547,3 +551,32 @@ def test_the_env_clips_the_unbounded_actions_a_gaussian_policy_samples():
     env.reset()
     step = env.step_numpy(np.array([[100.0], [-100.0]], dtype=np.float32))
     assert step.reward.ravel().tolist() == pytest.approx([-0.1, -0.1])
+
+
+def test_under_bf16_autocast_only_the_trunk_is_bf16_and_log_probs_values_and_losses_are_fp32():
+    """A bf16-mixed learner autocasts the convolutional trunk; the output layers run in fp32 on
+    its features, so the log-probabilities (and the ratios, weights and KL made of them), the
+    values, the advantages and the losses carry no bf16 rounding (~0.008 near ln 4)."""
+    torch.manual_seed(0)
+    frames_spec = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+    learner = PPO(frames_spec, pixel_trunk="nature")
+    frames = torch.randint(0, 256, (2, 9, 4, 84, 84), dtype=torch.uint8)
+    shape = (2, 8)
+    rollout = TensorDict({
+        "observation": frames[:, :-1], "action": torch.randint(0, 4, shape),
+        "log_prob": torch.full(shape, -math.log(4.0)), "policy_version": torch.zeros(shape, dtype=torch.int64),
+        "next": {"observation": frames[:, 1:], "reward": torch.randn(*shape, 1),
+                 "terminated": torch.zeros(*shape, 1, dtype=torch.bool), "done": torch.zeros(*shape, 1, dtype=torch.bool)},
+    }, batch_size=shape)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        steps, correction = learner.prepare(rollout)
+        _, terms, ratio = learner._loss(steps, clip=0.1)
+        hidden = learner.policy.trunk[0](steps["observation"])
+    assert hidden.dtype == torch.bfloat16  # the trunk itself still runs in bf16
+    logits = learner.policy.trunk[1](hidden.float())
+    expected = torch.log_softmax(logits, -1).gather(-1, steps["action"].reshape(-1, 1)).squeeze(-1)
+    assert steps["prox_log_prob"].dtype == torch.float32
+    assert torch.allclose(steps["prox_log_prob"], expected, atol=1e-6)
+    for tensor in (steps["advantage"], steps["return"], steps["weight"], ratio, correction["kl_behaviour"],
+                   *terms.values()):
+        assert tensor.dtype == torch.float32

@@ -39,6 +39,33 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def in_fp32(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)`` in float32 whatever autocast is on: a network's output layer under a
+    bf16-mixed learner, so logits, means and values (and the log-probabilities, advantages
+    and losses made of them) carry no bf16 rounding (bf16 rounds a log-probability near
+    ``ln 4`` by ~0.008, and that enters every importance ratio). Outside autocast it is
+    ``module(x)``.
+
+    Example:
+        >>> layer = nn.Linear(4, 2)
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     layer(torch.ones(1, 4)).dtype, in_fp32(layer, torch.ones(1, 4)).dtype
+        (torch.bfloat16, torch.float32)
+    """
+    if not torch.is_autocast_enabled(x.device.type):
+        return module(x)
+    with torch.autocast(x.device.type, enabled=False):
+        return module(x.float())
+
+
+def through_fp32_output(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``layers(x)``, the last layer run :func:`in_fp32` (the rest as autocast has them)."""
+    *body, output = layers
+    for layer in body:
+        x = layer(x)
+    return in_fp32(output, x)
+
+
 class TanhScale(nn.Module):
     """Squashes to ``[-1, 1]`` with tanh, then maps onto the action bounds."""
 

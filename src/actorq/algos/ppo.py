@@ -47,7 +47,9 @@ from actorq.algos.networks import (
     GaussianPolicy,
     ObservationNormalizer,
     StochasticPolicy,
+    in_fp32,
     mlp,
+    through_fp32_output,
 )
 from actorq.algos.on_policy import (
     OnPolicyLearner,
@@ -59,6 +61,10 @@ from actorq.algos.on_policy import (
 )
 from actorq.envs import EnvSpec
 from actorq.util.errors import ConfigError
+
+
+VALUE_CHUNK = 64
+"""Observations per forward pass when :meth:`PPO.prepare` computes a rollout's values."""
 
 
 class PPO(OnPolicyLearner):
@@ -196,8 +202,8 @@ class PPO(OnPolicyLearner):
         logged terms (:func:`~actorq.algos.on_policy.behaviour_correction`)."""
         step = rollout_fields(rollout)
         observation = self.policy.normalizer(step["observation"])
-        features, value = self.features_and_value(observation)
-        next_value = self.features_and_value(self.policy.normalizer(step["next_observation"]))[1]
+        features, value = self.features_and_value_in_chunks(observation)
+        next_value = self.next_values(value, step)
         prox_log_prob = self.policy.head.log_prob(features, step["action"])
         reward = (step["reward"] if self.reward_scaler is None
                   else self.reward_scaler(step["reward"], step["done"], step["worker"], step["segment"]))
@@ -219,16 +225,42 @@ class PPO(OnPolicyLearner):
         }
         return steps, correction
 
+    def next_values(self, value: torch.Tensor, step: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``V(s'_t)`` for each step of a rollout whose values ``V(s_t)`` are ``value``
+        ``[envs, T]``: where the episode goes on, ``s'_t`` is ``s_{t+1}`` and its value is
+        taken from ``value``; only the steps that end an episode (their final observation)
+        and each row's last step run the networks again."""
+        fresh = step["done"].clone()
+        fresh[:, -1] = True
+        next_value = torch.empty_like(value)
+        next_value[:, :-1] = value[:, 1:]
+        rows, steps = fresh.nonzero(as_tuple=True)
+        final = self.policy.normalizer(step["next_observation"][rows, steps])
+        next_value[rows, steps] = self.features_and_value_in_chunks(final)[1]
+        return next_value
+
+    def features_and_value_in_chunks(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`features_and_value` of observations ``[..., *observation_shape]`` (no
+        gradients), :data:`VALUE_CHUNK` at a time: a whole rollout's activations at once leave
+        the caches, and small forwards run faster (docs/measured/pixels.md)."""
+        event_dims = len(self.spec.observation_shape)
+        batch_shape = observation.shape[:observation.dim() - event_dims]
+        flat = observation.reshape(-1, *self.spec.observation_shape)
+        parts = [self.features_and_value(chunk) for chunk in flat.split(VALUE_CHUNK)]
+        features, value = torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts])
+        return features.reshape(*batch_shape, *features.shape[1:]), value.reshape(batch_shape)
+
     def features_and_value(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What the policy's head reads for each (normalized) observation, and its value; a
-        shared trunk runs once for both."""
+        shared trunk runs once for both. Under a bf16-mixed learner the trunks autocast and
+        the output layers (logits or mean, value) run in fp32 (:func:`~actorq.algos.networks.in_fp32`)."""
         if self.shared_trunk:  # convolutions take one batch dimension: [envs, T, C, H, W] goes in flat
             frame_shape = self.spec.frame_shape
             batch_shape = observation.shape[:observation.dim() - len(frame_shape)]
             hidden = self.policy.trunk[0](observation.reshape(-1, *frame_shape))
-            features, value = self.policy.trunk[1](hidden), self.value[1](hidden)
+            features, value = in_fp32(self.policy.trunk[1], hidden), in_fp32(self.value[1], hidden)
             return features.reshape(*batch_shape, -1), value.reshape(batch_shape)
-        return self.policy.trunk(observation), self.value(observation).squeeze(-1)
+        return through_fp32_output(self.policy.trunk, observation), through_fp32_output(self.value, observation).squeeze(-1)
 
     def _epochs(self, steps: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
         """``epochs`` passes over the rollout in shuffled minibatches; the losses' means, and
