@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
@@ -30,7 +31,7 @@ from actorq.actors.policy import actor_policy
 from actorq.actors.processes import start_fork_server
 from actorq.util.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
-from actorq.run.build import build, build_learner, resolve_cadence, resolve_collection
+from actorq.run.build import build, build_learner, learner_threads, resolve_cadence, resolve_collection
 from actorq.run.checks import check_run_config
 from actorq.run.console import lightning_without_adverts
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
@@ -70,6 +71,9 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     learner = build_learner(cfg.algo, spec, cfg.env.name)
     resolve_collection(cfg, learner)
     resolve_cadence(cfg, learner)
+    threads = learner_threads(cfg)
+    if threads is not None:
+        torch.set_num_threads(threads)
     learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
                                                   cfg.trainer.get("accelerator", "auto"))
     cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below

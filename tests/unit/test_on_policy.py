@@ -12,6 +12,7 @@ from actorq.actors.policy import ExplorationPolicy, actor_policy
 from actorq.actors.base import gather_rounds, merge_rows
 from actorq.actors.pool import set_worker_index
 from actorq.algos.base import Exploration
+from actorq.envs import EnvSpec
 from actorq.algos.on_policy import OnPolicyLearner, gae, rollout_fields, truncated_importance_weights, vtrace
 from actorq.algos.networks import CategoricalPolicy
 from actorq.quant import QuantSpec
@@ -359,3 +360,33 @@ def test_a_rollout_of_one_step_is_a_td_error_for_gae_and_vtrace():
     assert gae(one, one, 4 * one, no, no, gamma=0.5, lam=0.5).tolist() == [[2.0]]
     targets, advantage = vtrace(torch.log(2 * one), one, one, 4 * one, no, no, gamma=0.5, lam=0.5)
     assert targets.tolist() == [[3.0]] and advantage.tolist() == [[2.0]]
+
+
+def test_auto_collection_overlaps_acting_and_learning_on_frames_and_keeps_lock_step_on_vectors():
+    from omegaconf import OmegaConf
+
+    from actorq.run.build import resolve_collection
+
+    frames = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+    for spec, expected in ((DISCRETE, "lockstep"), (frames, "async")):
+        cfg = OmegaConf.create({"actors": {"collection": "auto", "init_random_frames": 0, "num_workers": 1},
+                                "trainer": {"devices": 1, "precision": "32-true"}})
+        learner = A2CLike(spec)
+        resolve_collection(cfg, learner)
+        assert (cfg.actors.collection, learner.asynchronous) == (expected, expected == "async")
+
+
+def test_the_learner_takes_the_cores_its_actors_leave_while_they_collect():
+    from omegaconf import OmegaConf
+
+    from actorq.run.build import learner_threads
+
+    def threads(environ=None, **actors):
+        return learner_threads(OmegaConf.create({"actors": {"backend": "process", "num_workers": 1, **actors}}),
+                               cores=4, environ=environ or {})
+
+    assert threads(collection="lockstep") == 4  # the actors wait while it learns
+    assert threads(collection="async", num_workers=2) == 2
+    assert threads(collection="async", num_workers=6) == 1
+    assert threads(collection="async", backend="ray") is None  # the actors run on Ray's cores
+    assert threads(collection="async", environ={"OMP_NUM_THREADS": "1"}) is None  # the user's setting stands

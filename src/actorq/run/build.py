@@ -6,6 +6,8 @@ checks of every job before the first one runs."""
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -70,12 +72,16 @@ def check_declared_needs(learner) -> None:
 def resolve_collection(cfg: DictConfig, learner) -> None:
     """``actors.collection=auto``: lock-step rounds for an on-policy learner (its rollouts are
     collected with the policy it just pushed), asynchronous collection for an off-policy
-    one; an on-policy learner is told which it gets (``learner.asynchronous``).
+    one and for an on-policy one on frames (there the learner's updates take most of a
+    rollout's time, so the actors collect the next rollout meanwhile, a version behind,
+    and V-trace corrects for it: docs/measured/pixels.md); an on-policy learner is told
+    which it gets (``learner.asynchronous``).
     ``actors.gather=null``: asynchronous rollouts are gathered in rounds of every worker's
     batch (:func:`actorq.actors.base.gather_rounds`), other batches go alone. An on-policy
     run takes one learner rank, and a learner precision named, not timed."""
     if cfg.actors.get("collection", "auto") == "auto":
-        cfg.actors.collection = "lockstep" if learner.experience_kind == "rollout" else "async"
+        overlapped = learner.experience_kind != "rollout" or learner.spec.pixels
+        cfg.actors.collection = "async" if overlapped else "lockstep"
     if cfg.actors.get("gather") is None:  # asynchronous rollouts: a round of every worker's, as they arrive
         rounds = learner.experience_kind == "rollout" and cfg.actors.collection == "async"
         cfg.actors.gather = cfg.actors.get("num_workers", 1) if rounds else 1
@@ -88,6 +94,26 @@ def resolve_collection(cfg: DictConfig, learner) -> None:
     if cfg.trainer.get("precision") == "auto" and not hasattr(learner, "update_minibatch"):
         raise ConfigError(f"trainer.precision=auto times one update on a minibatch (update_minibatch), which "
                           f"{name} has not: set trainer.precision=32-true or bf16-mixed")
+
+
+def learner_threads(cfg: DictConfig, cores: int | None = None, environ: Mapping[str, str] = os.environ) -> int | None:
+    """The learner's torch threads: every core this process may use (``cores``) while
+    lock-step actors wait for it, the cores its actor worker processes leave (one at least)
+    when they collect as it learns; ``None`` (torch's own choice) where ``OMP_NUM_THREADS``
+    in ``environ`` says it, or the actors run elsewhere (Ray).
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> actors = {"backend": "process", "num_workers": 1, "collection": "async"}
+        >>> learner_threads(OmegaConf.create({"actors": actors}), cores=4, environ={})
+        3
+    """
+    if environ.get("OMP_NUM_THREADS") or cfg.actors.get("backend", "process") != "process":
+        return None
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    if cfg.actors.get("collection") == "async":
+        return max(1, cores - cfg.actors.get("num_workers", 1))
+    return cores
 
 
 def resolve_cadence(cfg: DictConfig, learner) -> None:
