@@ -580,3 +580,29 @@ def test_under_bf16_autocast_only_the_trunk_is_bf16_and_log_probs_values_and_los
     for tensor in (steps["advantage"], steps["return"], steps["weight"], ratio, correction["kl_behaviour"],
                    *terms.values()):
         assert tensor.dtype == torch.float32
+
+
+@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS], ids=["categorical", "gaussian"])
+def test_a_minibatch_in_micro_batches_makes_the_same_update_as_the_whole_minibatch(spec):
+    """Parts of 5 rows of a 32-row minibatch (the last part of 2): the same gradient step, the
+    same logged terms and ratios as the minibatch at once, advantages normalized over all 32."""
+    def updated(micro_batch_size):
+        torch.manual_seed(3)
+        learner = PPO(spec, hidden=(16, 16), minibatch_size=32, micro_batch_size=micro_batch_size)
+        attach_trainer(learner, frames_per_batch=ENVS * STEPS, policy_version=0)
+        steps, _ = learner.prepare(collect(learner, QuantSpec(bits=32)))
+        batch = {name: tensor[:32] for name, tensor in steps.items()}
+        batch["advantage"] = batch["advantage"] * 3 + 1  # a mean and scale of their own to normalize
+        terms, ratio = learner.update_minibatch(batch, clip=0.2)  # the first: every ratio 1
+        terms, ratio = learner.update_minibatch(batch, clip=0.2)  # ratios away from 1: clipping counts
+        return learner, terms, ratio
+
+    whole, whole_terms, whole_ratio = updated(None)
+    parts, part_terms, part_ratio = updated(5)
+    assert not torch.allclose(whole_ratio, torch.ones_like(whole_ratio))
+    assert torch.allclose(part_ratio, whole_ratio, atol=1e-6)
+    for name, value in whole_terms.items():
+        assert float(part_terms[name]) == pytest.approx(float(value), rel=1e-5, abs=1e-7), name
+    for mine, theirs in zip(parts.parameters(), whole.parameters(), strict=True):
+        assert torch.allclose(mine, theirs, atol=1e-6)
+    assert parts.learner_steps == whole.learner_steps == 2

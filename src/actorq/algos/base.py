@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from abc import abstractmethod
 from typing import Any, Protocol
 
@@ -229,13 +230,20 @@ class Learner(L.LightningModule):
 
     # --- what variants share --------------------------------------------------------
 
-    def optimize(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
+    def optimize(self, optimizer, loss: torch.Tensor | Iterable[torch.Tensor], max_grad_norm: float = 0.0) -> None:
         """``zero_grad``, backward through Lightning (precision plugins apply), optional
         gradient-norm clipping, ``step``; a non-finite loss stops training
-        (:mod:`actorq.util.finite`)."""
-        check_finite_loss(loss, self, optimizer, self.learner_steps)
+        (:mod:`actorq.util.finite`). ``loss`` may come in parts (an iterable, each part
+        computed as it is taken): their gradients add up before the one step, and each
+        part's activations are freed before the next is computed."""
+        parts = iter((loss,) if isinstance(loss, torch.Tensor) else loss)
+        part = next(parts)
+        check_finite_loss(part, self, optimizer, self.learner_steps)  # before zero_grad: the last gradients show
         optimizer.zero_grad()
-        self.manual_backward(loss)
+        self.manual_backward(part)
+        for part in parts:
+            check_finite_loss(part, self, optimizer, self.learner_steps)
+            self.manual_backward(part)
         if max_grad_norm > 0:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             nn.utils.clip_grad_norm_(params, max_grad_norm)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -94,7 +95,7 @@ class OnPolicyLearner(Learner):
     def update_rollout(self, rollout: TensorDictBase) -> dict[str, torch.Tensor]:
         """The gradient updates of one rollout ``[envs, T]``; returns named, detached terms."""
 
-    def gradient_step(self, optimizer, loss: torch.Tensor, max_grad_norm: float = 0.0) -> None:
+    def gradient_step(self, optimizer, loss: torch.Tensor | Iterable[torch.Tensor], max_grad_norm: float = 0.0) -> None:
         """One gradient update (:meth:`~actorq.algos.base.Learner.optimize`), counted,
         with the learning-rate schedule stepped."""
         self.optimize(optimizer, loss, max_grad_norm)

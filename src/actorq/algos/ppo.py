@@ -100,6 +100,9 @@ class PPO(OnPolicyLearner):
         pixel_trunk: for an env that shows frames, the convolutional trunk the policy and the
             value share (CleanRL's ``ppo_atari``): ``"nature"`` or ``"impala"``
             (:mod:`actorq.algos.conv`); ``hidden`` and ``value_hidden`` are then unused.
+        micro_batch_size: rows per forward and backward pass within a minibatch (the same
+            gradient, in parts: a large minibatch's activations leave the caches); ``None``:
+            the whole minibatch at once.
         gamma, final_lr_fraction, max_policy_lag: see
             :class:`~actorq.algos.on_policy.OnPolicyLearner`.
     """
@@ -128,12 +131,15 @@ class PPO(OnPolicyLearner):
         scale_rewards: bool = False,
         importance_weight_cap: float = 1.0,
         pixel_trunk: str = "nature",
+        micro_batch_size: int | None = None,
         **kwargs,
     ):
         super().__init__(spec, **kwargs)
         check_positive(lr=lr, adam_eps=adam_eps, clip_range=clip_range, importance_weight_cap=importance_weight_cap)
         if epochs < 1 or minibatch_size < 1:
             raise ValueError(f"epochs and minibatch_size must be >= 1, got {epochs} and {minibatch_size}")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1 or null, got {micro_batch_size}")
         if not 0 <= gae_lambda <= 1 or not 0 <= clip_range_final_fraction <= 1:
             raise ValueError("gae_lambda and clip_range_final_fraction must be in [0, 1], "
                              f"got {gae_lambda} and {clip_range_final_fraction}")
@@ -154,6 +160,7 @@ class PPO(OnPolicyLearner):
         self.gae_lambda, self.value_coef, self.entropy_coef = gae_lambda, value_coef, entropy_coef
         self.max_grad_norm, self.normalize_advantage = max_grad_norm, normalize_advantage
         self.importance_weight_cap = importance_weight_cap
+        self.micro_batch_size = micro_batch_size
         self.correction_totals: dict[str, float] = {}
 
     @property
@@ -288,19 +295,47 @@ class PPO(OnPolicyLearner):
         """One gradient update on a minibatch of :meth:`prepare`'s rows (``observation``,
         ``action``, ``prox_log_prob``, ``advantage``, ``return``, ``weight``) with clip range
         ``clip`` (``None``: where the run stands); its loss terms and the ratios ``pi / pi_prox``.
-        What ``trainer.precision=auto`` times."""
-        loss, terms, ratio = self._loss(batch, self.current_clip_range() if clip is None else clip)
-        self.gradient_step(self.optimizers(), loss, self.max_grad_norm)
-        return terms, ratio
+        With ``micro_batch_size`` smaller than the minibatch, the loss is taken in parts of
+        that many rows whose gradients add up to the minibatch's (advantages normalized over
+        the whole minibatch first). What ``trainer.precision=auto`` times."""
+        clip = self.current_clip_range() if clip is None else clip
+        rows = len(batch["advantage"])
+        size = self.micro_batch_size or rows
+        if size >= rows:
+            loss, terms, ratio = self._loss(batch, clip)
+            self.gradient_step(self.optimizers(), loss, self.max_grad_norm)
+            return terms, ratio
+        batch = {**batch, "advantage": self.normalized(batch["advantage"])}
+        terms: dict[str, torch.Tensor] = {}
+        ratios = []
 
-    def _loss(self, batch: dict[str, torch.Tensor], clip: float) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """The decoupled clipped surrogate, the value loss and the entropy bonus of one minibatch."""
+        def parts():
+            for start in range(0, rows, size):
+                part = {name: tensor[start:start + size] for name, tensor in batch.items()}
+                share = len(part["advantage"]) / rows
+                loss, part_terms, ratio = self._loss(part, clip, normalize=False)
+                for name, value in part_terms.items():
+                    terms[name] = terms.get(name, 0.0) + value * share
+                ratios.append(ratio)
+                yield loss * share
+
+        self.gradient_step(self.optimizers(), parts(), self.max_grad_norm)
+        return terms, torch.cat(ratios)
+
+    def normalized(self, advantage: torch.Tensor) -> torch.Tensor:
+        """``advantage`` standardized, if ``normalize_advantage`` and it has more than one row."""
+        if self.normalize_advantage and len(advantage) > 1:
+            return (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        return advantage
+
+    def _loss(self, batch: dict[str, torch.Tensor], clip: float, normalize: bool = True
+              ) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The decoupled clipped surrogate, the value loss and the entropy bonus of one minibatch
+        (its advantages standardized here unless ``normalize`` is false)."""
         features, value = self.features_and_value(batch["observation"])
         log_prob = self.policy.head.log_prob(features, batch["action"])
         ratio = (log_prob - batch["prox_log_prob"]).exp()
-        advantage = batch["advantage"]
-        if self.normalize_advantage and len(advantage) > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        advantage = self.normalized(batch["advantage"]) if normalize else batch["advantage"]
         surrogate = torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
         loss_policy = -(batch["weight"] * surrogate).mean()
         loss_value = (batch["return"] - value).pow(2).mean()
