@@ -45,6 +45,7 @@ def test_dqn_trains_on_breakout_from_a_replay_that_stores_each_frame_once(make_c
         "eval.episodes=1", "eval.max_steps=100", "callbacks=no_checkpoint"))
     replay = objects["experience"].replay
     assert type(replay).__name__ == "FrameReplay" and len(replay._rings) == 4  # a ring per worker env
+    assert replay.stream_breaks == 0  # each ring one env's steps, random frames included
     assert replay.frames.dtype == np.uint8 and replay.frames.shape[-2:] == (84, 84)  # one frame per slot
     assert len(replay) > 900 and summary["learner_steps"] >= 150  # 0.25 updates per frame after 256
     assert summary["actor_precision"] == "int8 static per_channel fp32-ends"

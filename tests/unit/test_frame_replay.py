@@ -1,6 +1,7 @@
 """The frame replay stores each frame once and stacks on sampling: every transition it gives
 back holds exactly the stacked observations the env showed, across episode starts, episode
-ends (terminated by a lost life) and the ring's wrap."""
+ends (terminated by a lost life) and the ring's wrap, and across batches that do not go on
+from what a ring holds (a dropped batch, a restarted worker, two workers' rows in one ring)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from actorq.data.replay.factory import FRAME_SLOT_SCALARS
 from actorq.data.replay.frames import FrameReplay
 from actorq.envs.atari import make_atari
 
@@ -123,14 +125,151 @@ def test_draws_are_uniform_over_the_transitions_and_never_start_at_a_final_frame
 
 
 def test_a_million_atari_transitions_fit_in_8_gb_and_bad_input_is_refused():
-    # Sized without allocating: one 84x84 frame per slot, plus 26 bytes of scalars per slot.
-    frame, scalars = 84 * 84, 8 + 8 + 4 + 1 + 1
-    assert 1_000_000 * (frame + scalars) < 8e9
+    # A slot is one 84x84 frame plus its scalars, as the replay's factory sizes it for its memory check.
     small = FrameReplay(capacity=1000, envs=2)
-    assert small.nbytes == 2 * 500 * (frame + scalars)
+    assert small.nbytes == 1000 * (84 * 84 + FRAME_SLOT_SCALARS)
+    assert small.nbytes * 1000 < 8e9  # a million slots
     with pytest.raises(ValueError, match="at least 6 slots per env"):
         FrameReplay(capacity=10, envs=2)
     with pytest.raises(ValueError, match=r"expected a batch \[envs <= 2, T\]"):
         small.extend(TensorDict({}, batch_size=[3, 4]))
     with pytest.raises(ValueError, match="no complete transition"):
         small.sample(1)
+
+
+class Game:
+    """A made-up game whose frames are all distinct but the first ``still`` (one screen), none
+    all zeros, and whose episodes end at the steps asked: each step's observation is its
+    episode's last 4 frames, zeros before the episode's first, as ale-py shows them."""
+
+    def __init__(self, first_frame: int, ends: tuple[int, ...] = (), still: int = 0):
+        self.count, self.ends, self.t = first_frame, set(ends), 0
+        self.made, self.still = 0, still
+        self.episode = [self._frame()]
+
+    def _frame(self) -> np.ndarray:
+        self.made += 1
+        self.count += self.made == 1 or self.made > self.still
+        return np.array([self.count % 256, self.count // 256], dtype=np.uint8)
+
+    def _observation(self) -> np.ndarray:
+        stack = np.zeros((4, 2), dtype=np.uint8)
+        recent = self.episode[-4:]
+        stack[4 - len(recent):] = recent
+        return stack
+
+    def step(self) -> dict:
+        observation = self._observation()
+        self.episode.append(self._frame())
+        step = {"observation": observation, "next_observation": self._observation(), "action": self.t % 3,
+                "reward": float(self.t), "done": self.t in self.ends}
+        self.t += 1
+        if step["done"]:
+            self.episode = [self._frame()]
+        return step
+
+
+def game_batch(games: list[Game], steps: int, workers: list[int] | None = None) -> tuple[TensorDict, list]:
+    """A collector batch ``[len(games), steps]`` (row ``i`` game ``i``'s next steps; a
+    ``"worker"`` record when ``workers`` names each row's) and its steps, row by row."""
+    rows = [[game.step() for _ in range(steps)] for game in games]
+
+    def field(key, dtype):
+        return torch.tensor(np.array([[step[key] for step in row] for row in rows]), dtype=dtype)
+
+    done = field("done", torch.bool).unsqueeze(-1)
+    batch = TensorDict({"observation": field("observation", torch.uint8), "action": field("action", torch.int64),
+                        "next": {"observation": field("next_observation", torch.uint8),
+                                 "reward": field("reward", torch.float32).unsqueeze(-1),
+                                 "terminated": done, "done": done}}, batch_size=[len(games), steps])
+    if workers is not None:
+        batch["worker"] = torch.tensor(workers).unsqueeze(-1).expand(len(games), steps)
+    return batch, rows
+
+
+def assert_transitions_are(replay: FrameReplay, env: int, expected: list[dict]) -> None:
+    """Env ``env``'s ring holds exactly the transitions ``expected``, in order."""
+    starts = replay.starts()[env]
+    assert len(starts) == len(expected)
+    got = replay.transitions(np.full(len(starts), env), starts)
+    for i, step in enumerate(expected):
+        assert np.array_equal(got["observation"][i].numpy(), step["observation"]), i
+        assert np.array_equal(got["next_observation"][i].numpy(), step["next_observation"]), i
+        assert (int(got["action"][i]), float(got["reward"][i])) == (step["action"], step["reward"]), i
+        assert bool(got["done"][i]) == bool(got["terminated"][i]) == step["done"], i
+        assert float(got["discount"][i]) == pytest.approx(0.0 if step["done"] else 0.99), i
+
+
+def test_a_dropped_batch_ends_the_stream_before_it_and_starts_one_at_the_next_batch_observation():
+    game = Game(first_frame=0, ends=(13,))  # batches of 5 steps: the episode after 13 starts in the dropped one
+    replay = FrameReplay(capacity=100, envs=1, frame_shape=(2,))
+    (first, steps0), (second, steps1), _dropped, (fourth, steps3) = (game_batch([game], 5) for _ in range(4))
+    for batch in (first, second, fourth):
+        replay.extend(batch)
+    assert fourth["observation"][0, 0, :2].eq(0).all()  # its first step is the episode's second: zeros before
+    # Every step stored; the second batch's last step ends with the next observation it saw, not
+    # the fourth batch's first, and is no end of an episode; only the very last step waits.
+    assert_transitions_are(replay, 0, steps0[0] + steps1[0] + steps3[0][:-1])
+    assert replay.stream_breaks == 1
+    assert len(replay) == 14
+
+
+def test_a_dropped_batch_on_a_still_screen_is_told_by_the_frame_it_missed():
+    game = Game(first_frame=0, still=6)  # frames 0-5 one screen; it changes in the dropped batch
+    replay = FrameReplay(capacity=100, envs=1, frame_shape=(2,))
+    (first, steps0), _dropped, (third, steps2) = (game_batch([game], 3) for _ in range(3))
+    replay.extend(first)
+    replay.extend(third)
+    assert np.array_equal(third["observation"][0, 0, :3], first["next", "observation"][0, -1, :3])  # older: alike
+    assert_transitions_are(replay, 0, steps0[0] + steps2[0][:-1])
+    assert replay.stream_breaks == 1
+
+
+def test_a_restarted_worker_starts_a_new_stream_in_its_envs_rings():
+    replay = FrameReplay(capacity=2 * 60, envs=2, frame_shape=(2,))
+    old = [Game(first_frame=0, ends=(3,)), Game(first_frame=1000)]
+    first, before = game_batch(old, 6, workers=[1, 1])
+    replay.extend(first)
+    new = [Game(first_frame=2000), Game(first_frame=3000)]  # the restarted worker's envs, from their reset
+    second, after = game_batch(new, 6, workers=[1, 1])
+    replay.extend(second)
+    for env in range(2):
+        assert_transitions_are(replay, env, before[env] + after[env][:-1])
+    assert replay.stream_breaks == 2
+    assert len(replay._rings) == 2  # the same worker's envs: the same rings
+
+
+def test_rows_of_two_workers_that_share_a_ring_still_give_back_the_transitions_they_recorded():
+    """Batches without a ``"worker"`` record name no worker: two workers' rows land in the same
+    ring, which then holds two streams, starting a new one at each batch; nothing mixes them,
+    through the ring's wrap too."""
+    replay = FrameReplay(capacity=2 * 30, envs=2, frame_shape=(2,))
+    games = [[Game(first_frame=0, ends=(7,)), Game(first_frame=1000)], [Game(first_frame=2000),
+                                                                       Game(first_frame=3000, ends=(2, 9))]]
+    by_observation = {}  # frames are distinct: an observation names its step
+    for _ in range(6):
+        for worker in (0, 1):
+            batch, rows = game_batch(games[worker], 4)
+            replay.extend(batch)
+            by_observation.update({step["observation"].tobytes(): step for row in rows for step in row})
+    starts = replay.starts()
+    assert len(replay) == sum(len(slots) for slots in starts) > 20
+    for env, slots in enumerate(starts):
+        got = replay.transitions(np.full(len(slots), env), slots)
+        for i in range(len(slots)):
+            step = by_observation[got["observation"][i].numpy().tobytes()]
+            assert np.array_equal(got["next_observation"][i].numpy(), step["next_observation"]), (env, i)
+            assert int(got["action"][i]) == step["action"] and bool(got["done"][i]) == step["done"]
+    env, slot = replay.draw(2000, np.random.default_rng(0))
+    assert set(zip(env.tolist(), slot.tolist())) == {(e, int(s)) for e, slots in enumerate(starts) for s in slots}
+    assert replay.stream_breaks == 2 * 11  # at each batch but the first in a ring
+
+
+def test_a_worker_of_one_env_hands_over_batches_of_its_steps_alone():
+    replay = FrameReplay(capacity=40, envs=1, frame_shape=(2,))
+    game, steps = Game(first_frame=0, ends=(4,)), []
+    for _ in range(2):
+        batch, rows = game_batch([game], 5, workers=[0])
+        replay.extend(batch[0])  # [T]: a lean env of one env has no env dimension
+        steps += rows[0]
+    assert_transitions_are(replay, 0, steps[:-1])

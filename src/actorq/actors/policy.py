@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from actorq.actors.processes import worker_index
+from actorq.actors.processes import recorded_worker
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, has_kl
 
@@ -82,7 +82,7 @@ class ExplorationPolicy(nn.Module):
         self._versioned_forward = hasattr(network, "forward_with_version")
         self.stochastic = stochastic
         self.records = tuple(records)
-        self._worker = (None, torch.tensor(-1))  # (worker_index(), as a tensor): the process's own
+        self._worker = (-1, torch.tensor(-1))  # (recorded_worker(), as a tensor): the process's own
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
         self.register_buffer("noise_scale", torch.tensor(float(noise_scale)))
@@ -137,9 +137,9 @@ class ExplorationPolicy(nn.Module):
         """This process's actor worker index as an int64 scalar (-1 outside actor workers).
         Checked at every call: a policy pickled into a worker arrives with what it held in
         the learner's process."""
-        index = worker_index()
+        index = recorded_worker()
         if self._worker[0] != index:
-            self._worker = (index, torch.tensor(-1 if index is None else index))
+            self._worker = (index, torch.tensor(index))
         return self._worker[1]
 
     def _explore(self, out: torch.Tensor) -> torch.Tensor:

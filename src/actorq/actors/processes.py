@@ -55,6 +55,17 @@ def worker_index() -> int | None:
     return _WORKER_INDEX
 
 
+def recorded_worker() -> int:
+    """What the actors record as the worker of a step: :func:`worker_index`, -1 outside
+    actor workers.
+
+    Example:
+        >>> recorded_worker()  # the learner's process
+        -1
+    """
+    return -1 if _WORKER_INDEX is None else _WORKER_INDEX
+
+
 def set_worker_index(index: int | None) -> None:
     """Marks this process as actor worker ``index`` (what :func:`worker_index` returns)."""
     global _WORKER_INDEX

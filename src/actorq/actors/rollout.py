@@ -8,7 +8,9 @@ more than a cheap simulator's step. :class:`LeanCollector` is TorchRL's ``Collec
 whose ``rollout`` fills preallocated numpy arrays instead when it drives a
 :class:`~actorq.envs.batched.LeanBatchedEnv`, and returns a batch with exactly the keys,
 shapes, dtypes and values TorchRL's own rollout returns for that env
-(``tests/unit/test_lean_rollout.py`` compares them on the same seeds).
+(``tests/unit/test_lean_rollout.py`` compares them on the same seeds). Either way, where the
+policy records its worker, every step records it, the random frames' too (TorchRL's rollout
+leaves what the policy did not record in them zero).
 
 Example:
     >>> from tensordict.nn import TensorDictModule
@@ -34,6 +36,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Collector
 
+from actorq.actors.processes import recorded_worker
 from actorq.util import torchrl_adapter as adapter
 from actorq.envs.batched import EPISODE_REWARD, LeanBatchedEnv, StepArrays
 from actorq.envs.raw import RawEnvs
@@ -50,9 +53,9 @@ class LeanCollector(Collector):
 
     def rollout(self) -> TensorDictBase:
         if not self._lean():
-            return super().rollout()
+            return _with_worker(super().rollout())
         with torch.no_grad():
-            return adapter.finish_rollout(self, self._lean_rollout())
+            return _with_worker(adapter.finish_rollout(self, self._lean_rollout()))
 
     def _lean(self) -> bool:
         return (self.lean_rollout and isinstance(self.env, LeanBatchedEnv) and adapter.rollout_is_plain(self))
@@ -92,6 +95,16 @@ class LeanCollector(Collector):
         return buffers.tensordict(env.batched)
 
 
+def _with_worker(batch: TensorDictBase | None) -> TensorDictBase | None:
+    """``batch`` with this process's worker (:func:`~actorq.actors.processes.recorded_worker`)
+    as every step's ``"worker"`` record, where the policy records one: the random frames'
+    too, which the policy does not act in (so records nothing), but which this worker took.
+    (A batch written into the replay step by step is ``None``: its transitions keep no worker.)"""
+    if batch is not None and "worker" in batch.keys():
+        batch.get("worker").fill_(recorded_worker())
+    return batch
+
+
 RECORD_DTYPES = {"log_prob": np.float32, "policy_version": np.int64, "worker": np.int64, "output": np.float32}
 """The dtype of each thing a policy may record (:data:`actorq.actors.policy.RECORDS`)."""
 
@@ -121,7 +134,8 @@ class _Buffers:
         self.traj_ids = np.empty((n, steps), dtype=np.int64)
         self.next = StepArrays(observations(), floats(1), floats(1), flags(), flags(), flags())
         # What the policy records with each action (name -> one row's shape); zeros in the
-        # random frames it does not act in, as TorchRL's rollout leaves them.
+        # random frames it does not act in, as TorchRL's rollout leaves them (but the worker,
+        # which the rollout records for every step).
         self.records = {name: np.zeros((n, steps, *shape), dtype=RECORD_DTYPES[name])
                         for name, shape in (records or {}).items()}
 

@@ -90,6 +90,10 @@ PRIVATE_MEMBERS: tuple[PrivateMember, ...] = (
     PrivateMember("torchrl.collectors:Collector", "_maybe_set_truncated", "method",
                   "marks the last step of a batch truncated, as TorchRL's rollout does",
                   "a public post-rollout hook", parameters=("self", "final_rollout")),
+    PrivateMember("torchrl.collectors:Collector", "_frames", "instance attribute",
+                  "lock-step rounds count the frames that arrived where TorchRL's own iterator does, "
+                  "since _should_use_random_frames reads them there",
+                  "a public frame count, or a public argument for random actions per batch", expected_type=int),
     PrivateMember("torchrl.collectors:Collector", "_should_use_random_frames", "method",
                   "random actions for the first init_random_frames, decided as TorchRL decides",
                   "a public predicate", parameters=("self",)),
@@ -203,9 +207,8 @@ class HandOverCollector(MultiAsyncCollector):
         the weights it had.) Yields each round's batches in worker order (``None`` for a
         batch a worker wrote itself)."""
         self._iteration_started = True
-        frames = 0
         try:
-            while frames < self.total_frames:
+            while self._frames < self.total_frames:  # TorchRL's count, which ends its random frames
                 self._go_ahead()
                 batches: dict[int, TensorDictBase | None] = {}
                 while len(batches) < self.num_workers:
@@ -213,7 +216,7 @@ class HandOverCollector(MultiAsyncCollector):
                         idx, _, out = self._get_from_queue(timeout=1.0)
                     except (queue.Empty, TimeoutError):
                         continue
-                    frames += out.numel() if out is not None else self.frames_per_batch_worker()
+                    self._frames += out.numel() if out is not None else self.frames_per_batch_worker()
                     batches[idx] = out
                 yield [batches[worker] for worker in range(self.num_workers)]
         except self.raised_without_shutdown:
