@@ -81,3 +81,17 @@ def test_policy_state_holds_the_weights_the_scale_the_version_and_the_bounds_onl
     state = ExplorationPolicy(actor, CONTINUOUS, 0.1).state_dict()
     network_keys = {f"network.{key}" for key in actor.state_dict()}
     assert set(state) == network_keys | {"noise_scale", "policy_version", "low", "high"}  # half_range is derived
+
+
+def test_one_envs_frame_stack_is_an_unbatched_observation_as_one_vector_is():
+    """An actor worker with one env (``envs_per_worker=1``) hands its policy one observation:
+    a vector ``[obs_dim]``, or a stack of frames ``[C, H, W]``; the action comes back unbatched."""
+    from actorq.algos.conv import PixelQNetwork
+
+    frames = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+    policy = ExplorationPolicy(PixelQNetwork("nature", (4, 84, 84), 4), frames, 0.0, records=("policy_version",))
+    stack = torch.randint(0, 256, (4, 84, 84), dtype=torch.uint8)
+    action, version = policy(stack)
+    assert action.shape == version.shape == ()
+    assert int(action) == int(policy(stack.unsqueeze(0))[0][0])  # greedy: the batched answer
+    assert ExplorationPolicy(QNetwork(DISCRETE, (8,)), DISCRETE, 0.0)(torch.zeros(DISCRETE.obs_dim)).shape == ()

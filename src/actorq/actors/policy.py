@@ -85,6 +85,7 @@ class ExplorationPolicy(nn.Module):
         self._worker = (-1, torch.tensor(-1))  # (recorded_worker(), as a tensor): the process's own
         self.discrete = spec.discrete
         self.num_actions = spec.num_actions
+        self._event_dims = len(spec.observation_shape)
         self.register_buffer("noise_scale", torch.tensor(float(noise_scale)))
         self.register_buffer("policy_version", torch.zeros((), dtype=torch.int64))
         if not spec.discrete:
@@ -95,7 +96,7 @@ class ExplorationPolicy(nn.Module):
     def forward(self, observation: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         # Called once per actor step: direct dict lookups, since nn.Module.__getattr__ costs
         # microseconds, as much as a small actor's elementwise op.
-        unbatched = observation.dim() == 1
+        unbatched = observation.dim() == self._event_dims  # one env's observation (one frame stack, one vector)
         obs = observation.unsqueeze(0) if unbatched else observation
         network = self._modules["network"]
         with torch.no_grad():
