@@ -9,9 +9,10 @@ benchmarks.results`` builds its ``ppo_breakout`` peer (``make_atari_env`` and
 (``python -m actorq +experiment=ppo_GAME ...``) in a fresh run dir. Neither side evaluates,
 checkpoints or tracks energy: the rows time training alone.
 
-Rows: ``sb3``; ``fp32`` (``quant.bits=32``: fp32 actors, lock-step); ``int8``
-(``quant.bits=8``, lock-step, as PPO collects unless told otherwise); ``int8-async``
-(``quant.bits=8 actors.collection=async``); and one per ``--ours "OVERRIDES"``. A row's
+Rows: ``sb3``; ``fp32`` (``quant.bits=32 actors.collection=lockstep``); ``int8``
+(``quant.bits=8 actors.collection=lockstep``); ``int8-async`` (``quant.bits=8
+actors.collection=async``); and one per ``--ours "OVERRIDES"`` (``--ours quant.bits=8``: the
+experiment's own collection, whichever ``actors.collection=auto`` picks). A row's
 ``steady_fps`` counts the frames from the end of its first rollout's update to the end of its
 last over the seconds between them (start-up, the first collection and the first update left
 out); ``learn_share`` is the part of those seconds spent in the update (SB3's ``train()``, our
@@ -68,7 +69,8 @@ ROLLOUT = 1024
 GAMES = {"breakout": "BreakoutNoFrameskip-v4", "pong": "PongNoFrameskip-v4"}
 """Our game (``+experiment=ppo_GAME``) and SB3's env id for it."""
 TRUNK = "nature"  # ppo_GAME's algo.pixel_trunk, timed alone
-OURS = {"fp32": ("quant.bits=32",), "int8": ("quant.bits=8",),
+# Each row names its collection: what actors.collection=auto picks for PPO on frames may change.
+OURS = {"fp32": ("quant.bits=32", "actors.collection=lockstep"), "int8": ("quant.bits=8", "actors.collection=lockstep"),
         "int8-async": ("quant.bits=8", "actors.collection=async")}
 ROWS = ("sb3", *OURS)
 TRAINING_ONLY = ("callbacks=no_checkpoint", "~callbacks.carbon", "~callbacks.evaluation",
@@ -342,7 +344,7 @@ def planned_rows(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...] | 
 
     Example:
         >>> planned_rows(argparse.Namespace(rows=["sb3", "int8"], ours=["quant.bits=8 actors.num_workers=2"]))
-        [('sb3', None), ('int8', ('quant.bits=8',)), ('ours1', ('quant.bits=8', 'actors.num_workers=2'))]
+        [('sb3', None), ('int8', ('quant.bits=8', 'actors.collection=lockstep')), ('ours1', ('quant.bits=8', 'actors.num_workers=2'))]
     """
     rows = [(name, OURS.get(name)) for name in args.rows]
     return rows + [(f"ours{i}", tuple(shlex.split(text))) for i, text in enumerate(args.ours, 1)]

@@ -23,7 +23,7 @@ def test_sb3_and_ours_train_in_turn_and_their_steady_rates_leave_the_first_rollo
         assert 0 < row["startup_s"] < row["wall_s"]
         assert row["load_before"] >= 0 and row["load_after"] >= 0 and row["busy_before"] >= 0
     assert sb3["actors"] == "fp32 (SB3)" and sb3["overrides"] == "-"
-    assert int8["actors"].startswith("int8") and int8["overrides"] == "quant.bits=8"
+    assert int8["actors"].startswith("int8") and int8["overrides"] == "quant.bits=8 actors.collection=lockstep"
     assert int8["vs_sb3"] == pytest.approx(int8["steady_fps"] / sb3["steady_fps"])
     summary = json.loads((runs / "int8" / "summary.json").read_text())  # the real command's run
     assert summary["frames"] == 2048 and summary["final_return"] is None  # training alone: no evaluation
