@@ -33,11 +33,12 @@ def report(name: str, rows: Sequence[dict[str, Any]], out: str | Path | None) ->
         write_json(name, rows, out)
 
 
-def write_json(name: str, rows: Sequence[dict[str, Any]], out: str | Path) -> None:
-    """Writes ``rows`` to ``out`` as the benchmark ``name``'s JSON, with this machine's versions."""
+def write_json(name: str, rows: Sequence[dict[str, Any]], out: str | Path, **fields: Any) -> None:
+    """Writes ``rows`` to ``out`` as the benchmark ``name``'s JSON, with this machine's versions
+    and any further top-level ``fields`` (e.g. a second table, the machine)."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"name": name, "environment": _environment(), "rows": list(rows)}
+    document = {"name": name, "environment": _environment(), **fields, "rows": list(rows)}
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
