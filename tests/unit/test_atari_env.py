@@ -82,6 +82,17 @@ def test_an_unknown_game_or_no_ale_py_is_a_config_error(monkeypatch):
         AtariSuite().make_raw("breakout", 1)
 
 
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.2", "0.12.0"])
+def test_an_ale_py_older_than_0_12_1_is_a_config_error(monkeypatch, version):
+    """Older ale-py has no vector env (0.10), no ``autoreset_mode`` (0.11.0), a crash (0.11.x)
+    or a deadlock (0.12.0) on a partial reset: refused in one line, not met mid-run."""
+    import ale_py
+
+    monkeypatch.setattr(ale_py, "__version__", version)
+    with pytest.raises(ConfigError, match=rf"ale-py 0\.12\.1 or newer, this is {version}: pip install"):
+        AtariSuite().make_raw("breakout", 1)
+
+
 def test_after_a_game_ends_the_next_step_is_the_new_games_first():
     # No random no-ops: every game starts the same, so a restarted game must replay a fresh one.
     options = {"evaluation": True, "noop_max": 0, "max_episode_frames": 4 * 30}

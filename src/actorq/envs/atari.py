@@ -13,6 +13,8 @@ The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROM
 ``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path.
 
 Needs the ``atari`` extra (``pip install -e ".[atari]"``): ale-py's wheels ship the ROMs.
+ale-py :data:`OLDEST_ALE_PY` or newer: older versions have no vector env (0.10), no
+``autoreset_mode`` (0.11.0), crash on a partial reset (0.11.x) or deadlock in one (0.12.0).
 
 Example:
     >>> env = make_atari("breakout", num_envs=2, seed=0)
@@ -28,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -50,16 +53,39 @@ STICKY_ACTION_PROBABILITY = 0.25
 MAX_EPISODE_FRAMES = 108_000
 """Emulator frames before an episode is truncated (27,000 steps of 4 frames: 30 minutes)."""
 
+OLDEST_ALE_PY = (0, 12, 1)
+"""The oldest ale-py whose vector env restarts single games (partial resets) as this suite does."""
+
 _SEEDS = 2**31 - 1  # ale-py takes non-negative int32 seeds
+_INSTALL = 'pip install -e ".[atari]"'
 
 
 def _vector_env_class() -> Any:
-    """ale-py's ``AtariVectorEnv``, or a :class:`ConfigError` with the install hint."""
+    """ale-py's ``AtariVectorEnv``, or a :class:`ConfigError` with the install hint (no ale-py,
+    or one older than :data:`OLDEST_ALE_PY`)."""
     try:
-        from ale_py.vector_env import AtariVectorEnv
+        import ale_py
     except ImportError as error:
-        raise ConfigError('Atari needs ale-py: pip install -e ".[atari]"') from error
+        raise ConfigError(f"Atari needs ale-py: {_INSTALL}") from error
+    check_ale_py_version(ale_py.__version__)
+    from ale_py.vector_env import AtariVectorEnv
+
     return AtariVectorEnv
+
+
+def check_ale_py_version(version: str) -> None:
+    """Raises a :class:`ConfigError` for an ale-py older than :data:`OLDEST_ALE_PY`.
+
+    >>> check_ale_py_version("0.12.1")
+    >>> check_ale_py_version("0.11.2")
+    Traceback (most recent call last):
+    ...
+    actorq.util.errors.ConfigError: Atari needs ale-py 0.12.1 or newer, this is 0.11.2: pip install -e ".[atari]"
+    """
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    if release < OLDEST_ALE_PY:
+        oldest = ".".join(map(str, OLDEST_ALE_PY))
+        raise ConfigError(f"Atari needs ale-py {oldest} or newer, this is {version}: {_INSTALL}")
 
 
 def rom_ids() -> list[str]:
