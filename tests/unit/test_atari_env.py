@@ -133,10 +133,13 @@ def test_a_lost_life_ends_the_learners_episode_and_the_game_goes_on():
     assert not out.truncated.any()
 
 
-def test_in_training_the_step_after_a_lost_life_presses_fire():
-    """A policy that never presses FIRE still plays all five of Breakout's balls in training, as
-    SB3's ``FireResetEnv`` serves them; evaluation leaves FIRE to the policy, and the game waits."""
-    for options, balls in (({}, 5), ({"evaluation": True}, 1), ({"fire_after_lost_life": False}, 1)):
+def test_the_step_after_a_lost_life_presses_fire_in_training_and_in_evaluation():
+    """A policy that never presses FIRE still plays all five of Breakout's balls, in training
+    and in evaluation, as SB3's ``FireResetEnv`` serves them in both of RL Zoo's envs; without
+    that FIRE the game waits after the first ball, and without FIRE at reset before it."""
+    cases = (({}, 5), ({"evaluation": True}, 5), ({"fire_after_lost_life": False}, 1),
+             ({"evaluation": True, "fire_after_lost_life": False}, 1), ({"evaluation": True, "fire_reset": False}, 0))
+    for options, balls in cases:
         envs = AtariEnvs("breakout", 1, noop_max=0, **options)
         out = started(envs, seeds=[0])
         lost = 0
@@ -191,8 +194,7 @@ def test_evaluation_plays_whole_games_with_raw_scores():
     """Training and evaluation envs with one seed play the same game; evaluation's episode is
     the whole game and its rewards are the raw ones training clips."""
     for game, steps in (("breakout", 130), ("ms_pacman", 80)):
-        # FIRE after a lost life off: the training game must follow the actions evaluation's does
-        train = AtariEnvs(game, 1, fire_after_lost_life=False)
+        train = AtariEnvs(game, 1)  # FIRE after a lost life in both: the two games get the same actions
         evaluation = AtariEnvs(game, 1, evaluation=True)
         actions = random_actions(train, steps)
         trained, evaluated = play(train, actions, [7]), play(evaluation, actions, [7])

@@ -3,11 +3,12 @@ standard preprocessing, and observations come out as stacked uint8 frames ``[env
 
 The preprocessing is the one SB3's ``AtariWrapper`` and CleanRL's ``ppo_atari`` use: up to 30
 no-ops at reset, the action repeated for 4 frames with the last two max-pooled, 84x84
-grayscale, 4 frames stacked, FIRE at reset where the game needs it; for training also a life
-lost ends the episode for the learner (the game goes on, FIRE pressed in its next step) and
-rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``,
+grayscale, 4 frames stacked, FIRE at reset and in the step after a lost life where the game
+has FIRE; for training also a life lost ends the episode for the learner (the game goes on)
+and rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``,
 as those two use the ``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 games' 0.25.
-Evaluation plays whole games and reports the raw score.
+Evaluation plays whole games and reports the raw score, FIRE pressed as in training: RL Zoo
+evaluates through the same ``AtariWrapper`` as it trains, and scores the whole game.
 
 The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROMs:
 ``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path.
@@ -141,11 +142,12 @@ class AtariEnvs(RawEnvs):
     the new game's first. A life lost in training (``evaluation=False``) ends the learner's
     episode but not the game: :meth:`reset` starts the next episode from the same screen (its
     newest frame, zeros before it) and the game goes on with one life less, as SB3's
-    ``EpisodicLifeEnv``. In training the step after a lost life presses FIRE whatever the
-    policy chose, where the game has FIRE, as SB3's ``FireResetEnv`` does in its reset after a
-    lost life (SB3 hides that step and a no-op before it from the agent; ale-py's vector env
-    cannot step one of its envs alone, so here the agent sees the step and its action is
-    overridden). Evaluation leaves FIRE to the policy.
+    ``EpisodicLifeEnv``. The step after a lost life presses FIRE whatever the policy chose,
+    where the game has FIRE and starts with it, as SB3's ``FireResetEnv`` does in its reset
+    after a lost life (SB3 hides that step and a no-op before it from the agent; ale-py's
+    vector env cannot step one of its envs alone, so here the agent sees the step and its
+    action is overridden). Evaluation does the same: RL Zoo evaluates through the same
+    wrappers as it trains, so its evaluation games get their FIRE too.
 
     Args:
         game: the ROM, lower case as ale-py names it (``"breakout"``).
@@ -156,7 +158,7 @@ class AtariEnvs(RawEnvs):
         fire_reset: overrides whether a game starts with FIRE where the game has it.
         max_episode_frames: emulator frames before an episode is truncated.
         fire_after_lost_life: overrides whether the step after a lost life presses FIRE
-            (default: in training, where the game has FIRE and starts with it).
+            (default: where the game has FIRE and starts with it, in training and evaluation).
     """
 
     discrete = True
@@ -190,7 +192,7 @@ class AtariEnvs(RawEnvs):
         """Each env's lives left, as the game counts them."""
         self._offset = _frame_offset(info)
         if fire_after_lost_life is None:
-            fire_after_lost_life = not evaluation and options["use_fire_reset"]
+            fire_after_lost_life = options["use_fire_reset"]
         self._fire = _fire_action(self.env) if fire_after_lost_life else None
         """FIRE's index in the action set, pressed in the step after a lost life (``None``: never)."""
         self._lost_life = np.zeros(n, dtype=bool)
