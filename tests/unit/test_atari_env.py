@@ -5,6 +5,7 @@ repeat, evaluation on whole games with raw scores, and frames equal to gymnasium
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from actorq.envs import find_suite, make_batched_env  # noqa: E402
+from actorq.envs import find_suite, make_batched_env, make_env  # noqa: E402
 from actorq.envs.atari import AtariEnvs, AtariSuite  # noqa: E402
 from actorq.util.errors import ConfigError  # noqa: E402
 
@@ -249,3 +250,80 @@ def test_a_video_frame_is_the_newest_frame_the_agent_sees_four_times_larger():
     assert image.shape == (336, 336, 3) and image.dtype == np.uint8
     assert (image[40:44, 80:84] == 200).all() and image.sum() == 200 * 16 * 3
     assert np.array_equal(agent_view(torch.from_numpy(stack)), image)  # as the policy is given it
+
+
+def same_game_in_every_env(env, steps: int = 60) -> bool:
+    """Whether the lean env's raw Atari envs, seeded differently, play one game under the same
+    actions (with no random no-ops and no sticky actions, seeds cannot tell Breakout apart)."""
+    raw = env.raw
+    out = started(raw, seeds=range(1, raw.n + 1))
+    same = True
+    for action in random_actions(raw, steps)[:, :1]:
+        out.step(raw, np.repeat(action, raw.n))
+        same &= all(np.array_equal(out.obs[0], out.obs[i]) for i in range(1, raw.n))
+    env.close()
+    return same
+
+
+def balls_lost_without_fire(env, steps: int = 100) -> int:
+    """Balls Breakout loses to a policy that never presses FIRE (the first within 30 steps
+    when the game presses FIRE itself)."""
+    raw = env.raw
+    out, lives = started(raw, seeds=[0] * raw.n), int(raw.lives[0])
+    for _ in range(steps):
+        out.step(raw, np.zeros(raw.n, dtype=np.int64))
+    env.close()
+    return lives - int(raw.lives[0])
+
+
+def test_the_suites_options_reach_the_envs_it_makes_for_training_and_for_evaluation():
+    def env(envs=3, evaluation=False, **options):
+        return make_batched_env("breakout", envs, seed=0, library="atari", evaluation=evaluation, options=options)
+
+    assert not same_game_in_every_env(env())  # up to 30 no-ops: each seed its own game
+    assert balls_lost_without_fire(env(1)) > 0
+    for evaluation in (False, True):
+        assert same_game_in_every_env(env(evaluation=evaluation, noop_max=0))
+        assert not same_game_in_every_env(env(evaluation=evaluation, noop_max=0, sticky=True))  # each seed its repeats
+        assert balls_lost_without_fire(env(1, evaluation=evaluation, fire_reset=False)) == 0
+
+
+def test_a_bad_env_option_is_a_config_error_naming_it():
+    for options, message in (({"stiky": True}, "env.options.stiky: the atari suite has no such option; it has sticky, "
+                                               "noop_max, fire_reset"),
+                             ({"sticky": 0.25}, "env.options.sticky must be true or false, got 0.25"),
+                             ({"fire_reset": "yes"}, "env.options.fire_reset must be true or false, got 'yes'"),
+                             ({"noop_max": -1}, "env.options.noop_max must be an integer >= 0, got -1"),
+                             ({"noop_max": True}, "env.options.noop_max must be an integer >= 0, got True")):
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+            make_batched_env("breakout", 1, library="atari", options=options)
+    with pytest.raises(ConfigError, match="env suite 'gymnasium' takes no options, got sticky"):
+        make_env("CartPole-v1", library="gymnasium", options={"sticky": True})
+    with pytest.raises(ConfigError, match="env.options must be a mapping"):
+        make_batched_env("breakout", 1, library="atari", options=["sticky"])
+
+
+@pytest.mark.parametrize("noop_max", [0, 30])
+def test_a_runs_env_options_reach_its_actor_workers_and_its_evaluation(make_cfg, monkeypatch, noop_max):
+    """``env.options`` from the command line to the envs a run's actor workers build, the ones
+    its evaluation plays and the ones ``actorq evaluate`` plays (the actor pool is replaced by
+    one that keeps its spec)."""
+    import actorq.actors.pool
+    from actorq.actors.policy import actor_policy
+    from actorq.quant import QuantSpec
+    from actorq.run.build import build_learner
+    from actorq.tools.agent import Agent
+    from actorq.envs import EnvSpec
+    from actorq.train import connect_experience
+
+    cfg = make_cfg("+experiment=dqn_breakout", f"env.options.noop_max={noop_max}", "actors.envs_per_worker=3",
+                   "actors.collection=async")
+    learner = build_learner(cfg.algo, EnvSpec.from_env(make_env("breakout", options=cfg.env.options)), "breakout")
+    policy = actor_policy(learner, QuantSpec(bits=32), torch.zeros(1, 4, 84, 84, dtype=torch.uint8))
+    experience = connect_experience(cfg, learner, policy)
+    monkeypatch.setattr(actorq.actors.pool, "ActorPool", lambda spec, policy, writer=None: spec)
+    worker = experience._start_actors()
+    assert same_game_in_every_env(worker.worker_env()()) == (noop_max == 0)
+    assert same_game_in_every_env(experience.make_eval_env(3, seed=0)) == (noop_max == 0)
+    agent = Agent(cfg, learner, learner.behaviour_network, "learner", "fp32", checkpoint=None)
+    assert same_game_in_every_env(agent.make_eval_env(3, seed=0)) == (noop_max == 0)

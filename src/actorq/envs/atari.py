@@ -11,7 +11,8 @@ Evaluation plays whole games and reports the raw score, FIRE pressed as in train
 evaluates through the same ``AtariWrapper`` as it trains, and scores the whole game.
 
 The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROMs:
-``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path.
+``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path. Its options
+(``env.options``, :data:`OPTIONS`) are ``sticky``, ``noop_max`` and ``fire_reset``.
 
 Needs the ``atari`` extra (``pip install -e ".[atari]"``): ale-py's wheels ship the ROMs.
 ale-py :data:`OLDEST_ALE_PY` or newer: older versions have no vector env (0.10), no
@@ -39,6 +40,7 @@ import numpy as np
 from actorq.envs.raw import RawEnvs
 from actorq.envs.registry import EnvSuite, register_suite
 from actorq.util.errors import ConfigError
+from actorq.util.values import is_int
 
 TRAINING = {"noop_max": 30, "frameskip": 4, "maxpool": True, "img_height": 84, "img_width": 84,
             "grayscale": True, "stack_num": 4, "use_fire_reset": True, "episodic_life": True,
@@ -50,6 +52,10 @@ EVALUATION = {**TRAINING, "episodic_life": False, "reward_clipping": False}
 
 STICKY_ACTION_PROBABILITY = 0.25
 """The v5 games' ``repeat_action_probability``, with ``sticky=True``."""
+
+OPTIONS = {"sticky": "true or false", "noop_max": "an integer >= 0", "fire_reset": "true or false"}
+"""The suite's options (``env.options``), each with the values it takes: the arguments of
+:class:`AtariEnvs` of those names."""
 
 MAX_EPISODE_FRAMES = 108_000
 """Emulator frames before an episode is truncated (27,000 steps of 4 frames: 30 minutes)."""
@@ -155,7 +161,8 @@ class AtariEnvs(RawEnvs):
         evaluation: :data:`EVALUATION` preprocessing (whole games, raw scores), else :data:`TRAINING`.
         sticky: repeat the previous action with probability 0.25 (the v5 games), else never.
         noop_max: overrides the preset's random no-ops at a game's start (0: none).
-        fire_reset: overrides whether a game starts with FIRE where the game has it.
+        fire_reset: overrides whether a game starts with FIRE where the game has it (and so
+            whether the step after a lost life presses it).
         max_episode_frames: emulator frames before an episode is truncated.
         fire_after_lost_life: overrides whether the step after a lost life presses FIRE
             (default: where the game has FIRE and starts with it, in training and evaluation).
@@ -285,8 +292,26 @@ class AtariSuite(EnvSuite):
     def names(self) -> list[str]:
         return rom_ids()
 
-    def make_raw(self, env_name: str, num_envs: int) -> AtariEnvs:
-        return AtariEnvs(env_name, num_envs)
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``sticky``, ``noop_max`` and ``fire_reset`` (:data:`OPTIONS`), as
+        :class:`AtariEnvs` takes them.
 
-    def make_raw_for_evaluation(self, env_name: str, num_envs: int) -> AtariEnvs:
-        return AtariEnvs(env_name, num_envs, evaluation=True)
+        >>> AtariSuite().check_options({"noop_max": -1})
+        Traceback (most recent call last):
+        ...
+        actorq.util.errors.ConfigError: env.options.noop_max must be an integer >= 0, got -1
+        """
+        for name, value in options.items():
+            if name not in OPTIONS:
+                raise ConfigError(f"env.options.{name}: the atari suite has no such option; it has "
+                                  f"{', '.join(OPTIONS)}")
+            valid = (is_int(value) and value >= 0) if name == "noop_max" else isinstance(value, bool)
+            if not valid:
+                raise ConfigError(f"env.options.{name} must be {OPTIONS[name]}, got {value!r}")
+        return dict(options)
+
+    def make_raw(self, env_name: str, num_envs: int, **options: Any) -> AtariEnvs:
+        return AtariEnvs(env_name, num_envs, **options)
+
+    def make_raw_for_evaluation(self, env_name: str, num_envs: int, **options: Any) -> AtariEnvs:
+        return AtariEnvs(env_name, num_envs, evaluation=True, **options)
