@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("ale_py")
 
 from actorq.envs import find_suite, make_batched_env, make_env  # noqa: E402
-from actorq.envs.atari import AtariEnvs, AtariSuite  # noqa: E402
+from actorq.envs.atari import AtariEnvs, AtariSuite, make_atari  # noqa: E402
 from actorq.util.errors import ConfigError  # noqa: E402
 
 
@@ -211,6 +211,27 @@ def test_evaluation_plays_whole_games_with_raw_scores():
         env = make_batched_env("breakout", 2, seed=0, evaluation=evaluating)
         assert env.raw.evaluation == evaluating
         env.close()
+
+
+def test_make_atari_plays_its_preset_training_ends_at_a_lost_life_and_clips_evaluation_neither():
+    """``make_atari`` (ale-py's own episodic life: the fleet benchmark's env) with one seed and
+    the same actions: in training the first lost life ends an episode and a pellet scores 1,
+    in evaluation the game goes on and a pellet scores its 10."""
+    played = {}
+    for training in (True, False):
+        env = make_atari("ms_pacman", num_envs=1, seed=0, training=training)
+        _, info = env.reset(seed=0)
+        lives, rewards, ends_at_lost_life = int(info["lives"][0]), [], []
+        for action in np.random.default_rng(0).integers(0, int(env.single_action_space.n), size=(200, 1)):
+            _, reward, terminated, truncated, info = env.step(action)
+            rewards.append(float(reward[0]))
+            if int(info["lives"][0]) < lives:
+                ends_at_lost_life.append(bool(terminated[0] or truncated[0]))
+            lives = int(info["lives"][0])
+        env.close()
+        played[training] = (max(rewards), ends_at_lost_life)
+    assert played[True] == (1.0, [True])  # the first lost life ended the episode (ale-py then restarts)
+    assert played[False][0] == 10.0 and played[False][1] and not any(played[False][1])
 
 
 def test_frames_equal_gymnasiums_atari_preprocessing_with_frame_stacking():
