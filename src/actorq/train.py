@@ -34,7 +34,7 @@ from actorq.callbacks.progress import FrameProgressBar
 from actorq.run.build import build, build_learner, learner_threads, resolve_cadence, resolve_collection
 from actorq.run.checks import check_run_config
 from actorq.run.console import lightning_without_adverts
-from actorq.envs import EnvSpec, make_env, random_observations, suite_modules
+from actorq.envs import EnvSpec, make_env, random_observations, suite_modules, suite_options
 from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.run.learner_precision import resolve_learner_precision
 from actorq.data.parallel import launched_rank, strategy
@@ -66,7 +66,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     config = OmegaConf.to_container(cfg, resolve=True)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
+    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"), options=cfg.env.get("options"))
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
     resolve_collection(cfg, learner)
@@ -138,7 +138,8 @@ def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | No
     of the learner (its frame clock, n-step settings and planned updates), and handed to the
     learner to learn from."""
     spec = ExperienceSpec(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"),
-                          env_modules=suite_modules(cfg.env.get("module")), config=config)
+                          env_modules=suite_modules(cfg.env.get("module")),
+                          env_options=suite_options(cfg.env.get("options")), config=config)
     if learner.experience_kind == "replay":
         feed = ReplayFeed(build(cfg.replay), n_step=getattr(learner, "n_step", 1), gamma=learner.gamma,
                           planned_updates=learner.planned_updates(int(cfg.actors.total_frames)))

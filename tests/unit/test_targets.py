@@ -96,6 +96,27 @@ def test_dqn_without_double_takes_the_target_max():
     assert torch.allclose(learner.td_target(batch), expected)
 
 
+def test_dqn_breakout_takes_rl_zoos_plain_dqn_target(make_cfg):
+    """``dqn_breakout`` has RL Zoo's DQN Atari settings, which are SB3's DQN: no double-DQN
+    target, the target network's own max."""
+    from actorq.envs import EnvSpec
+    from actorq.run.build import build_learner
+
+    frames = (4, 84, 84)
+    spec = EnvSpec(obs_dim=math.prod(frames), discrete=True, num_actions=4, frame_shape=frames)
+    learner = build_learner(make_cfg("+experiment=dqn_breakout").algo, spec, "breakout")
+    perturb(learner.q_target, scale=0.05)
+    generator = torch.Generator().manual_seed(0)
+    next_frames = torch.randint(0, 256, (SIZE, *frames), dtype=torch.uint8, generator=generator)
+    batch = {"next_observation": next_frames, "reward": torch.randn(SIZE, generator=generator),
+             "discount": torch.full((SIZE,), 0.99)}
+    with torch.no_grad():
+        online, target = learner.q_network(next_frames), learner.q_target(next_frames)
+    assert (online.argmax(-1) != target.argmax(-1)).any()  # double DQN would take other values
+    expected = batch["reward"] + batch["discount"] * target.max(-1).values
+    assert torch.allclose(learner.td_target(batch), expected)
+
+
 def test_dqn_loss_is_the_weighted_huber_of_online_q_against_the_double_target():
     learner = make_dqn()
     attach_trainer(learner)

@@ -16,8 +16,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -53,7 +54,8 @@ class ActorWorkerError(RuntimeError):
 
 
 def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str | None = None,
-                    lean: bool = True, env_modules: tuple[str, ...] = ()) -> EnvBase:
+                    lean: bool = True, env_modules: tuple[str, ...] = (),
+                    env_options: dict[str, Any] | None = None) -> EnvBase:
     """One worker's environments, stepped with one policy call per step for all of them.
 
     It runs in the worker's process (a local actor process or a Ray actor), which first
@@ -61,17 +63,18 @@ def make_worker_env(env_name: str, envs_per_worker: int, seed: int, library: str
     With ``lean`` (``actors.lean_envs``) and a suite that has raw envs (dm_control,
     gymnasium), a :class:`~actorq.envs.batched.LeanBatchedEnv`: unbatched for one env,
     ``batch_size=[envs_per_worker]`` otherwise. Else today's TorchRL path: a single
-    :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several.
+    :func:`~actorq.envs.make_env` env, or a ``SerialEnv`` of several. ``env_options``
+    (``env.options``) are the suite's options, as every env of the run has them.
     """
     import_suites(env_modules)
     if lean:
         env = make_batched_env(env_name, None if envs_per_worker == 1 else envs_per_worker,
-                               seed=seed, library=library)
+                               seed=seed, library=library, options=env_options)
         if env is not None:
             return env
     if envs_per_worker == 1:
-        return make_env(env_name, seed=seed, library=library)
-    return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed, library=library))
+        return make_env(env_name, seed=seed, library=library, options=env_options)
+    return SerialEnv(envs_per_worker, partial(make_env, env_name, seed=seed, library=library, options=env_options))
 
 
 def check_frames_done(frames_done: int, total_frames: int) -> None:
@@ -108,6 +111,7 @@ class ActorSpec:
             the whole run, as the resumed trainer's batch counters do.
         env_modules: modules each worker imports before it builds its envs (``env.module``:
             those registering a suite of one's own).
+        env_options: the suite's options (``env.options``) each worker builds its envs with.
         collection: ``"async"`` or ``"lockstep"`` (:data:`COLLECTIONS`).
         waiting_batches: in asynchronous collection, how many batches the workers handed over
             may wait for the learner before a worker waits too (``None``: one per worker).
@@ -139,6 +143,7 @@ class ActorSpec:
     max_restarts: int = 3
     frames_done: int = 0
     env_modules: tuple[str, ...] = ()
+    env_options: dict[str, Any] = field(default_factory=dict)
     collection: str = "async"
     waiting_batches: int | None = None
     gather: int | None = 1
@@ -166,7 +171,7 @@ class ActorSpec:
     def worker_env(self) -> partial:
         """Builds one worker's envs (:func:`make_worker_env`), in the worker's process."""
         return partial(make_worker_env, self.env_name, self.envs_per_worker, self.seed, self.library,
-                       self.lean_envs, self.env_modules)
+                       self.lean_envs, self.env_modules, self.env_options)
 
 
 def batch_frames(frames_per_batch: int, num_workers: int, collection: str, gather: int = 1) -> int:

@@ -33,6 +33,8 @@ class Sampling(Protocol):
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None: ...
 
+    def kept_transitions(self) -> int: ...
+
 
 class OffPolicyLearner(Learner):
     """Base off-policy learner: replay, n-step, update-to-data, learning starts, priorities.
@@ -44,7 +46,9 @@ class OffPolicyLearner(Learner):
         n_step: rewards summed per transition.
         batch_size: transitions per gradient update.
         update_to_data: gradient updates per environment frame received.
-        learning_starts: frames stored before the first update.
+        learning_starts: frames stored before the first update; a run resumed with a replay
+            that came back with fewer transitions (``replay.checkpoint=false``, or a replay of
+            frames) stores what it lacks again first (:attr:`learning_starts_at`).
         target_tau: soft target update rate (1.0 with ``target_update_period`` > 1 gives
             periodic hard copies).
         target_update_period: learner steps between target updates.
@@ -81,6 +85,8 @@ class OffPolicyLearner(Learner):
         self.batch_size = batch_size
         self.update_to_data = update_to_data
         self.learning_starts = learning_starts
+        self.learning_starts_at = learning_starts
+        """The frames from which updates run: :attr:`learning_starts`, later after a resume."""
         self.target_tau = target_tau
         self.target_update_period = target_update_period
         self._update_debt = 0.0
@@ -109,7 +115,7 @@ class OffPolicyLearner(Learner):
         """Runs the updates the batch's frames pay for (the batch itself is in the replay
         already); returns each term's mean over them."""
         replay = self.experience.sampling
-        if self.frames < self.learning_starts or len(replay) < self.batch_size:
+        if self.frames < self.learning_starts_at or len(replay) < self.batch_size:
             return {}
         self._update_debt += new_frames * self.update_to_data
         totals: dict[str, torch.Tensor] = {}
@@ -138,10 +144,18 @@ class OffPolicyLearner(Learner):
         return {"time/samples_per_insert": self.learner_steps * self.batch_size / max(1, self.frames)}
 
     def counters(self) -> dict[str, Any]:
-        return {"update_debt": self._update_debt}
+        sampling = getattr(self.experience, "sampling", None)
+        return {"update_debt": self._update_debt, "learning_starts_at": self.learning_starts_at,
+                "replay_kept": sampling.kept_transitions() if sampling is not None else 0}
 
     def restore_counters(self, state: dict[str, Any]) -> None:
+        """The update debt, and when updates start again: a replay that comes back with fewer
+        than :attr:`learning_starts` transitions (``replay_kept``: none unless the checkpoint
+        kept the replay's contents) first stores what it lacks, so that the resumed run does
+        not update at once on the few transitions of its first batches."""
         self._update_debt = state.get("update_debt", 0.0)
+        lacking = max(0, self.learning_starts - state.get("replay_kept", 0))
+        self.learning_starts_at = max(state.get("learning_starts_at", self.learning_starts), self.frames + lacking)
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:

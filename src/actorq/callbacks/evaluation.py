@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 class Evaluation(Callback):
     """Runs ``episodes`` episodes every ``every_frames`` env frames and at the end: greedy, or
     with ``deterministic=False`` sampled from a stochastic policy (PPO's), as RL Zoo evaluates
-    Atari, where a greedy young policy can stop pressing FIRE and play out the clock.
+    Atari.
 
     Logs ``eval/return_mean`` and ``eval/return_std`` for the learner's fp32 policy, and
     ``eval/return_mean_quant`` for the reduced-precision policy the actors run (when it is

@@ -76,6 +76,10 @@ class RankSampling:
     def __len__(self) -> int:
         return len(self.replay) if self.replay is not None else self.size
 
+    def kept_transitions(self) -> int:
+        """What a checkpoint keeps of the replay (rank 0's; the file is rank 0's)."""
+        return self.replay.kept_transitions() if self.replay is not None else 0
+
     def sample(self, batch_size: int) -> Sample:
         """This rank's share of a batch of ``batch_size`` drawn on rank 0."""
         buffers, layout = None, None

@@ -20,6 +20,7 @@ from actorq.envs.registry import (
     make_env,
     register_suite,
     suite_modules,
+    suite_options,
     suites,
     unregister_suite,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "register_suite",
     "rollout_return",
     "suite_modules",
+    "suite_options",
     "suites",
     "unregister_suite",
 ]

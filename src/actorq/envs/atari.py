@@ -3,16 +3,20 @@ standard preprocessing, and observations come out as stacked uint8 frames ``[env
 
 The preprocessing is the one SB3's ``AtariWrapper`` and CleanRL's ``ppo_atari`` use: up to 30
 no-ops at reset, the action repeated for 4 frames with the last two max-pooled, 84x84
-grayscale, 4 frames stacked, FIRE at reset where the game needs it; for training also a life
-lost ends the episode for the learner (the game goes on, FIRE pressed in its next step) and
-rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``,
+grayscale, 4 frames stacked, FIRE at reset and in the step after a lost life where the game
+has FIRE; for training also a life lost ends the episode for the learner (the game goes on)
+and rewards are clipped to their sign. Sticky actions are off (``repeat_action_probability=0``,
 as those two use the ``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 games' 0.25.
-Evaluation plays whole games and reports the raw score.
+Evaluation plays whole games and reports the raw score, FIRE pressed as in training: RL Zoo
+evaluates through the same ``AtariWrapper`` as it trains, and scores the whole game.
 
 The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROMs:
-``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path.
+``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path. Its options
+(``env.options``, :data:`OPTIONS`) are ``sticky``, ``noop_max`` and ``fire_reset``.
 
 Needs the ``atari`` extra (``pip install -e ".[atari]"``): ale-py's wheels ship the ROMs.
+ale-py :data:`OLDEST_ALE_PY` or newer: older versions have no vector env (0.10), no
+``autoreset_mode`` (0.11.0), crash on a partial reset (0.11.x) or deadlock in one (0.12.0).
 
 Example:
     >>> env = make_atari("breakout", num_envs=2, seed=0)
@@ -28,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -35,6 +40,7 @@ import numpy as np
 from actorq.envs.raw import RawEnvs
 from actorq.envs.registry import EnvSuite, register_suite
 from actorq.util.errors import ConfigError
+from actorq.util.values import is_int
 
 TRAINING = {"noop_max": 30, "frameskip": 4, "maxpool": True, "img_height": 84, "img_width": 84,
             "grayscale": True, "stack_num": 4, "use_fire_reset": True, "episodic_life": True,
@@ -47,19 +53,46 @@ EVALUATION = {**TRAINING, "episodic_life": False, "reward_clipping": False}
 STICKY_ACTION_PROBABILITY = 0.25
 """The v5 games' ``repeat_action_probability``, with ``sticky=True``."""
 
+OPTIONS = {"sticky": "true or false", "noop_max": "an integer >= 0", "fire_reset": "true or false"}
+"""The suite's options (``env.options``), each with the values it takes: the arguments of
+:class:`AtariEnvs` of those names."""
+
 MAX_EPISODE_FRAMES = 108_000
 """Emulator frames before an episode is truncated (27,000 steps of 4 frames: 30 minutes)."""
 
+OLDEST_ALE_PY = (0, 12, 1)
+"""The oldest ale-py whose vector env restarts single games (partial resets) as this suite does."""
+
 _SEEDS = 2**31 - 1  # ale-py takes non-negative int32 seeds
+_INSTALL = 'pip install -e ".[atari]"'
 
 
 def _vector_env_class() -> Any:
-    """ale-py's ``AtariVectorEnv``, or a :class:`ConfigError` with the install hint."""
+    """ale-py's ``AtariVectorEnv``, or a :class:`ConfigError` with the install hint (no ale-py,
+    or one older than :data:`OLDEST_ALE_PY`)."""
     try:
-        from ale_py.vector_env import AtariVectorEnv
+        import ale_py
     except ImportError as error:
-        raise ConfigError('Atari needs ale-py: pip install -e ".[atari]"') from error
+        raise ConfigError(f"Atari needs ale-py: {_INSTALL}") from error
+    check_ale_py_version(ale_py.__version__)
+    from ale_py.vector_env import AtariVectorEnv
+
     return AtariVectorEnv
+
+
+def check_ale_py_version(version: str) -> None:
+    """Raises a :class:`ConfigError` for an ale-py older than :data:`OLDEST_ALE_PY`.
+
+    >>> check_ale_py_version("0.12.1")
+    >>> check_ale_py_version("0.11.2")
+    Traceback (most recent call last):
+    ...
+    actorq.util.errors.ConfigError: Atari needs ale-py 0.12.1 or newer, this is 0.11.2: pip install -e ".[atari]"
+    """
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    if release < OLDEST_ALE_PY:
+        oldest = ".".join(map(str, OLDEST_ALE_PY))
+        raise ConfigError(f"Atari needs ale-py {oldest} or newer, this is {version}: {_INSTALL}")
 
 
 def rom_ids() -> list[str]:
@@ -115,11 +148,12 @@ class AtariEnvs(RawEnvs):
     the new game's first. A life lost in training (``evaluation=False``) ends the learner's
     episode but not the game: :meth:`reset` starts the next episode from the same screen (its
     newest frame, zeros before it) and the game goes on with one life less, as SB3's
-    ``EpisodicLifeEnv``. In training the step after a lost life presses FIRE whatever the
-    policy chose, where the game has FIRE, as SB3's ``FireResetEnv`` does in its reset after a
-    lost life (SB3 hides that step and a no-op before it from the agent; ale-py's vector env
-    cannot step one of its envs alone, so here the agent sees the step and its action is
-    overridden). Evaluation leaves FIRE to the policy.
+    ``EpisodicLifeEnv``. The step after a lost life presses FIRE whatever the policy chose,
+    where the game has FIRE and starts with it, as SB3's ``FireResetEnv`` does in its reset
+    after a lost life (SB3 hides that step and a no-op before it from the agent; ale-py's
+    vector env cannot step one of its envs alone, so here the agent sees the step and its
+    action is overridden). Evaluation does the same: RL Zoo evaluates through the same
+    wrappers as it trains, so its evaluation games get their FIRE too.
 
     Args:
         game: the ROM, lower case as ale-py names it (``"breakout"``).
@@ -127,10 +161,11 @@ class AtariEnvs(RawEnvs):
         evaluation: :data:`EVALUATION` preprocessing (whole games, raw scores), else :data:`TRAINING`.
         sticky: repeat the previous action with probability 0.25 (the v5 games), else never.
         noop_max: overrides the preset's random no-ops at a game's start (0: none).
-        fire_reset: overrides whether a game starts with FIRE where the game has it.
+        fire_reset: overrides whether a game starts with FIRE where the game has it (and so
+            whether the step after a lost life presses it).
         max_episode_frames: emulator frames before an episode is truncated.
         fire_after_lost_life: overrides whether the step after a lost life presses FIRE
-            (default: in training, where the game has FIRE and starts with it).
+            (default: where the game has FIRE and starts with it, in training and evaluation).
     """
 
     discrete = True
@@ -164,7 +199,7 @@ class AtariEnvs(RawEnvs):
         """Each env's lives left, as the game counts them."""
         self._offset = _frame_offset(info)
         if fire_after_lost_life is None:
-            fire_after_lost_life = not evaluation and options["use_fire_reset"]
+            fire_after_lost_life = options["use_fire_reset"]
         self._fire = _fire_action(self.env) if fire_after_lost_life else None
         """FIRE's index in the action set, pressed in the step after a lost life (``None``: never)."""
         self._lost_life = np.zeros(n, dtype=bool)
@@ -257,8 +292,26 @@ class AtariSuite(EnvSuite):
     def names(self) -> list[str]:
         return rom_ids()
 
-    def make_raw(self, env_name: str, num_envs: int) -> AtariEnvs:
-        return AtariEnvs(env_name, num_envs)
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``sticky``, ``noop_max`` and ``fire_reset`` (:data:`OPTIONS`), as
+        :class:`AtariEnvs` takes them.
 
-    def make_raw_for_evaluation(self, env_name: str, num_envs: int) -> AtariEnvs:
-        return AtariEnvs(env_name, num_envs, evaluation=True)
+        >>> AtariSuite().check_options({"noop_max": -1})
+        Traceback (most recent call last):
+        ...
+        actorq.util.errors.ConfigError: env.options.noop_max must be an integer >= 0, got -1
+        """
+        for name, value in options.items():
+            if name not in OPTIONS:
+                raise ConfigError(f"env.options.{name}: the atari suite has no such option; it has "
+                                  f"{', '.join(OPTIONS)}")
+            valid = (is_int(value) and value >= 0) if name == "noop_max" else isinstance(value, bool)
+            if not valid:
+                raise ConfigError(f"env.options.{name} must be {OPTIONS[name]}, got {value!r}")
+        return dict(options)
+
+    def make_raw(self, env_name: str, num_envs: int, **options: Any) -> AtariEnvs:
+        return AtariEnvs(env_name, num_envs, **options)
+
+    def make_raw_for_evaluation(self, env_name: str, num_envs: int, **options: Any) -> AtariEnvs:
+        return AtariEnvs(env_name, num_envs, evaluation=True, **options)

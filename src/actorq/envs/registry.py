@@ -3,7 +3,10 @@
 A suite is a small :class:`EnvSuite` subclass registered with :func:`register_suite`; its
 ``name`` is what ``env.library`` in a config names. A suite outside actorq registers itself
 when its module is imported: ``env.module`` names that module, and :func:`import_suites`
-imports it in every process that builds envs. Nothing here guesses a library from the
+imports it in every process that builds envs. A suite may take options of its own
+(``env.options``, e.g. the ``atari`` suite's ``sticky``), checked by
+:meth:`EnvSuite.check_options` and passed to its ``make``/``make_raw`` as keyword arguments.
+Nothing here guesses a library from the
 shape of an environment name: given no library, :func:`make_env` asks every suite
 :meth:`EnvSuite.knows` and needs exactly one yes.
 
@@ -21,8 +24,8 @@ from __future__ import annotations
 import abc
 import difflib
 import importlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
@@ -43,6 +46,10 @@ class EnvSuite(abc.ABC):
     either :meth:`make_raw` (``n`` raw simulators stepped in numpy: actor workers and
     evaluation step them as one lean batch, and :meth:`make` is derived from them) or, for
     what raw simulators cannot express, :meth:`make` (a TorchRL env with its transforms).
+
+    A suite that takes options (``env.options``) overrides :meth:`check_options`; its
+    :meth:`make`, :meth:`make_raw` and :meth:`make_raw_for_evaluation` then take them as
+    keyword arguments. A suite without options is called with none.
     """
 
     name: ClassVar[str] = ""
@@ -56,7 +63,15 @@ class EnvSuite(abc.ABC):
         """Whether :meth:`make` can build ``env_name``; override when :meth:`names` is slow."""
         return env_name in self.names()
 
-    def make(self, env_name: str, seed: int | None) -> EnvBase:
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``env.options`` checked: the keyword arguments :meth:`make` and :meth:`make_raw`
+        take. By default a suite takes none, and any option is a :class:`ConfigError`."""
+        if options:
+            raise ConfigError(f"env.options: env suite {self.name!r} takes no options, got "
+                              f"{', '.join(map(str, options))}")
+        return {}
+
+    def make(self, env_name: str, seed: int | None, **options: Any) -> EnvBase:
         """Builds ``env_name``, seeded with ``seed`` unless it is None.
 
         The environment must have a flat float32 ``"observation"``, a float32 reward and the
@@ -66,23 +81,23 @@ class EnvSuite(abc.ABC):
         """
         from actorq.envs.batched import LeanBatchedEnv
 
-        raw = self.make_raw(env_name, 1)
+        raw = self.make_raw(env_name, 1, **options)
         if raw is None:
             raise NotImplementedError(f"env suite {self.name!r} has no raw envs for {env_name!r}: "
                                       "implement make() for it")
         return LeanBatchedEnv(raw, batched=False, seed=seed)
 
-    def make_raw(self, env_name: str, num_envs: int) -> RawEnvs | None:
+    def make_raw(self, env_name: str, num_envs: int, **options: Any) -> RawEnvs | None:
         """``num_envs`` raw simulators for the lean batched path (:mod:`actorq.envs.batched`),
         or ``None`` (the default) when this suite has none: actor workers then step
         :meth:`make` envs (a ``SerialEnv`` of them for several envs per worker)."""
         return None
 
-    def make_raw_for_evaluation(self, env_name: str, num_envs: int) -> RawEnvs | None:
+    def make_raw_for_evaluation(self, env_name: str, num_envs: int, **options: Any) -> RawEnvs | None:
         """The raw simulators evaluation plays (``make_batched_env(..., evaluation=True)``):
         :meth:`make_raw`'s unless overridden, e.g. whole games with raw scores where training
         ends an episode at a lost life and clips rewards."""
-        return self.make_raw(env_name, num_envs)
+        return self.make_raw(env_name, num_envs, **options)
 
 
 _SUITES: dict[str, EnvSuite] = {}
@@ -148,6 +163,23 @@ def import_suites(modules: str | Sequence[str] | None) -> tuple[str, ...]:
     return names
 
 
+def suite_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options ``env.options`` gives (``None``: none) as a plain dict; which options a
+    suite takes, and their values, its :meth:`EnvSuite.check_options` checks.
+
+    >>> suite_options({"sticky": True}), suite_options(None)
+    ({'sticky': True}, {})
+
+    Raises:
+        ConfigError: anything but a mapping of option names to values.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(name, str) for name in options):
+        raise ConfigError(f"env.options must be a mapping of option names to values, got {options!r}")
+    return dict(options.items())
+
+
 def suites() -> dict[str, EnvSuite]:
     """The registered suites by name (a copy: registering goes through :func:`register_suite`)."""
     return dict(_SUITES)
@@ -193,7 +225,8 @@ def find_suite(env_name: str, library: str | None = None) -> EnvSuite:
     )
 
 
-def make_env(name: str, seed: int | None = None, library: str | None = None) -> EnvBase:
+def make_env(name: str, seed: int | None = None, library: str | None = None,
+             options: Mapping[str, Any] | None = None) -> EnvBase:
     """Builds one environment with a flat float32 observation.
 
     Args:
@@ -202,16 +235,18 @@ def make_env(name: str, seed: int | None = None, library: str | None = None) -> 
         seed: seed for the environment's random generator.
         library: the suite that makes it (``env.library`` in the configs: ``"gymnasium"``,
             ``"dm_control"``, or a suite of your own). None asks every registered suite.
+        options: the suite's options (``env.options``), checked by its
+            :meth:`EnvSuite.check_options`.
 
     Returns:
         A TorchRL environment with ``"observation"`` (float32, 1-D), float32 reward, and the
         running ``"episode_reward"``.
 
     Raises:
-        ConfigError: see :func:`find_suite`.
+        ConfigError: see :func:`find_suite`; an option the suite does not take, or a bad value.
     """
     suite = find_suite(name, library)
-    env = suite.make(name, seed)
+    env = suite.make(name, seed, **suite.check_options(suite_options(options)))
     _check_contract(env, suite.name, name)
     return env
 
@@ -250,7 +285,8 @@ def _hint(name: str, known: list[str]) -> str:
 
 
 def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
-                     library: str | None = None, evaluation: bool = False) -> EnvBase | None:
+                     library: str | None = None, evaluation: bool = False,
+                     options: Mapping[str, Any] | None = None) -> EnvBase | None:
     """The lean env for ``name`` from its suite, or ``None`` if the suite has no lean path.
 
     Args:
@@ -259,12 +295,13 @@ def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,
         seed: the first seed of the chain (env ``i`` gets the ``i``-th).
         library: the suite (``env.library``); ``None`` looks the name up.
         evaluation: the envs evaluation plays (:meth:`EnvSuite.make_raw_for_evaluation`).
+        options: the suite's options (``env.options``), as for :func:`make_env`.
     """
     from actorq.envs.batched import LeanBatchedEnv
 
     suite = find_suite(name, library)
     make_raw = suite.make_raw_for_evaluation if evaluation else suite.make_raw
-    raw = make_raw(name, 1 if num_envs is None else num_envs)
+    raw = make_raw(name, 1 if num_envs is None else num_envs, **suite.check_options(suite_options(options)))
     if raw is None:
         return None
     return LeanBatchedEnv(raw, batched=num_envs is not None, seed=seed)

@@ -92,6 +92,7 @@ class ExperienceSpec:
         library: the environment suite (``env.library``); ``None`` looks the name up.
         env_modules: modules every actor process imports before it builds its envs
             (``env.module``; this process imported them before the run was built).
+        env_options: the suite's options (``env.options``) every env of the run is built with.
         config: the whole run config, kept in checkpoints as a hyperparameter.
     """
 
@@ -99,6 +100,7 @@ class ExperienceSpec:
     seed: int = 0
     library: str | None = None
     env_modules: tuple[str, ...] = ()
+    env_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     config: dict[str, Any] | None = None
 
 
@@ -191,14 +193,15 @@ class Experience(L.LightningDataModule):
     def make_env(self, seed: int | None = None):
         """A fresh environment of this run (for templates, calibration, and evaluation where the
         suite has no lean batch: :meth:`make_eval_env`)."""
-        return make_env(self.spec.env_name, seed=self.spec.seed if seed is None else seed, library=self.spec.library)
+        return make_env(self.spec.env_name, seed=self.spec.seed if seed is None else seed, library=self.spec.library,
+                        options=self.spec.env_options)
 
     def make_eval_env(self, episodes: int, seed: int):
         """The environment an evaluation of ``episodes`` episodes plays: a lean batch of
         ``episodes`` envs, stepped together (:func:`actorq.envs.rollout_return`), where the
         suite has one, else one env that plays them in turn."""
         batched = make_batched_env(self.spec.env_name, episodes, seed=seed, library=self.spec.library,
-                                   evaluation=True)
+                                   evaluation=True, options=self.spec.env_options)
         return batched if batched is not None else self.make_env(seed)
 
     def setup(self, stage: str) -> None:
@@ -363,6 +366,7 @@ class Experience(L.LightningDataModule):
                 env_name=self.spec.env_name,
                 library=self.spec.library,
                 env_modules=self.spec.env_modules,
+                env_options=self.spec.env_options,
                 policy=self.actor_policy,
                 seed=self.spec.seed + self.clock.frames,
                 frames_done=self.clock.frames,

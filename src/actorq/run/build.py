@@ -158,7 +158,7 @@ def check_job(cfg: DictConfig) -> None:
     start, built and dropped; nothing is written and no process is started. Raises
     :class:`~actorq.util.errors.ConfigError`."""
     check_run_config(cfg)
-    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
+    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"), options=cfg.env.get("options"))
     learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
     resolve_collection(cfg, learner)
     resolve_cadence(cfg, learner)

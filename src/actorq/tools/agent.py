@@ -125,13 +125,14 @@ class Agent:
     def make_env(self, seed: int | None = None):
         """A fresh environment of the run (a TorchRL env, as :func:`actorq.envs.make_env`)."""
         env = self.config.env
-        return make_env(env.name, seed=seed, library=env.get("library"))
+        return make_env(env.name, seed=seed, library=env.get("library"), options=env.get("options"))
 
     def make_eval_env(self, episodes: int, seed: int):
         """The environment the run's evaluation plays ``episodes`` episodes in: a lean batch of
         ``episodes`` envs where the suite has one, else one env that plays them in turn."""
         env = self.config.env
-        batched = make_batched_env(env.name, episodes, seed=seed, library=env.get("library"), evaluation=True)
+        batched = make_batched_env(env.name, episodes, seed=seed, library=env.get("library"), evaluation=True,
+                                   options=env.get("options"))
         return batched if batched is not None else self.make_env(seed)
 
     def __repr__(self) -> str:

@@ -69,7 +69,7 @@ def learner_from_config(config: DictConfig | dict, state_dict: dict, source: Pat
     cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
     try:
         import_suites(cfg.env.get("module"))
-        env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"))
+        env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"), options=cfg.env.get("options"))
         learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
     except (OmegaConfBaseException, HydraException) as error:
         raise ConfigError(f"{source}: the run's config does not build a learner: {_short(error)}") from error
@@ -124,7 +124,8 @@ def load_learner(checkpoint: dict):
     if config is None:
         raise ConfigError("this checkpoint was not written by actorq (no run config inside)")
     learner = learner_from_config(config, checkpoint["state_dict"], "the checkpoint")
-    env = make_env(config["env"]["name"], seed=config["seed"], library=config["env"].get("library"))
+    env = make_env(config["env"]["name"], seed=config["seed"], library=config["env"].get("library"),
+                   options=config["env"].get("options"))
     return learner, env
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from actorq.envs import find_suite, rollout_return
+from actorq.envs import find_suite, rollout_return, suite_options
 from actorq.envs.atari import AtariSuite
 from actorq.envs.batched import LeanBatchedEnv
 from actorq.envs.dm_control import DMControlSuite
@@ -103,7 +103,7 @@ def record(agent, path: str | Path, seed: int, max_steps: int | None = None) -> 
     env_cfg = agent.config.env
     if needs_gl(env_cfg.name, env_cfg.get("library")):
         _check_dm_control_backend(choose_gl())
-    raw, frame, fps = _renderable(env_cfg.name, env_cfg.get("library"))
+    raw, frame, fps = _renderable(env_cfg.name, env_cfg.get("library"), suite_options(env_cfg.get("options")))
     frames: list[np.ndarray] = []
 
     def act(observation):
@@ -143,10 +143,12 @@ def write_mp4(frames: list[np.ndarray], path: str | Path, fps: float) -> Path:
     return path
 
 
-def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[object], np.ndarray], float]:
-    """One raw env of ``env_name`` that can render, its ``frame(observation)`` and its frames
-    per second."""
+def _renderable(env_name: str, library: str | None, options: dict) -> tuple[object, Callable[[object], np.ndarray],
+                                                                            float]:
+    """One raw env of ``env_name`` (with the suite's ``options``) that can render, its
+    ``frame(observation)`` and its frames per second."""
     suite = find_suite(env_name, library)
+    options = suite.check_options(options)
     if isinstance(suite, GymnasiumSuite):
         from actorq.envs.gymnasium import GymnasiumEnvs
 
@@ -164,7 +166,7 @@ def _renderable(env_name: str, library: str | None) -> tuple[object, Callable[[o
         render = partial(env.physics.render, height=height, width=width, camera_id=0)
         return raw, lambda _: render(), 1 / env.control_timestep()
     if isinstance(suite, AtariSuite):  # what the agent sees: its newest frame, larger
-        return suite.make_raw_for_evaluation(env_name, 1), agent_view, ATARI_FPS
+        return suite.make_raw_for_evaluation(env_name, 1, **options), agent_view, ATARI_FPS
     raise ConfigError(f"video: env.library={suite.name} cannot be recorded (gymnasium, dm_control and atari can)")
 
 

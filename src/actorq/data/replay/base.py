@@ -57,6 +57,11 @@ class ReplayBuffer(ABC):
     def __len__(self) -> int:
         """Number of transitions stored."""
 
+    def kept_transitions(self) -> int:
+        """Transitions a checkpoint of this replay keeps, which a run resumed from it starts
+        with: all of them with ``save_contents``, else none."""
+        return len(self) if self.save_contents else 0
+
     def observations(self, count: int) -> torch.Tensor:
         """``count`` stored observations drawn uniformly, leaving the sampling state (the
         generator, a prioritized buffer's beta) untouched: for calibrating quantization."""
