@@ -179,3 +179,15 @@ def test_bits_8_keeps_impalas_first_stage_fp32_and_channels_last_and_int8_static
         assert all(conv.weight.is_contiguous(memory_format=torch.channels_last) for conv in convs)
         with torch.no_grad():  # the fp32 stage hands on a quantized tensor: the copy stays close
             assert (actors(frames) - policy(frames)).abs().mean() < 0.1 * policy(frames).abs().max()
+
+
+def test_the_actors_copy_runs_at_its_own_precision_inside_a_bf16_learners_autocast(policy):
+    """The learner's process recomputes the actors' log-probs with its copy of their policy
+    inside a training step, under a bf16-mixed learner's autocast: the copy's fp32 layers
+    must run fp32 there as in the actors, or the check reads rounding the actors never had."""
+    frames = _frames(4, seed=1)
+    actors = QuantizedNetwork.from_network(policy, INT8, _frames(16))
+    with torch.no_grad():
+        expected = actors.features(frames)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.equal(actors.features(frames), expected) and torch.equal(actors(frames), actors.head(expected))
