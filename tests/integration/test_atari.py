@@ -49,5 +49,10 @@ def test_dqn_trains_on_breakout_from_a_replay_that_stores_each_frame_once(make_c
     assert replay.frames.dtype == np.uint8 and replay.frames.shape[-2:] == (84, 84)  # one frame per slot
     assert len(replay) > 900 and summary["learner_steps"] >= 150  # 0.25 updates per frame after 256
     assert summary["actor_precision"] == "int8 static per_channel fp32-ends"
-    assert objects["experience"].actor_policy.network.payload()["0__convs__0__weight"].dtype == torch.int8
+    payload = objects["experience"].actor_policy.network.payload()
+    assert payload["0__convs__0__weight"].dtype == torch.int8  # int8 convolutions, fp32 Q-values
+    assert payload["1__weight"].dtype == torch.float32
+    # Every push measured its copy's greedy agreement on frames drawn apart from its calibration's.
+    pushes = objects["callbacks"]["push"].pushes
+    assert pushes >= 1 and summary["fidelity"]["greedy_agreement"]["pushes"] == pushes
     assert summary["final_return"] is not None and summary["final_return_quant"] is not None

@@ -36,9 +36,14 @@ def test_atari_frames_are_stacked_uint8(breakout_frames):
 
 
 def test_the_trunks_take_uint8_frames_and_scale_them_inside():
+    """Once, by 1/255: a trunk's output is its layers' on pixels in [0, 1], whichever dtype
+    the frames come in (a missing or doubled scaling fails)."""
     frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     for trunk in (NatureCNN(4), ImpalaCNN(4)):
-        assert torch.equal(trunk(frames), trunk(frames.float()))  # the same pixels, either dtype
+        with torch.no_grad():
+            expected = trunk.linear(trunk.convs(frames.float() / 255))
+            assert torch.allclose(trunk(frames), expected, rtol=1e-5, atol=1e-6)
+            assert torch.allclose(trunk(frames.float()), expected, rtol=1e-5, atol=1e-6)
         assert trunk(frames).shape == (3, trunk.features)
     with pytest.raises(ValueError, match="unknown convolutional trunk 'resnet'"):
         PixelPolicy("resnet", 4, num_actions=4)

@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from actorq.algos.conv import ImpalaCNN
+from actorq.algos.conv import ImpalaCNN, PixelQNetwork
 from actorq.algos.ppo import PPO
 from actorq.envs import EnvSpec
 from actorq.quant import QuantizedNetwork, QuantSpec, quantize
 from actorq.quant import _ao
 from actorq.quant.conv import first_stage, quantize_conv_policy
-from actorq.quant.fidelity import fidelity_metrics, weight_error
+from actorq.quant.fidelity import action_agreement, fidelity_metrics, weight_error
 from actorq.quant.quantize import payload_nbytes
 from actorq.util.errors import ConfigError
 from actorq.util.memory_format import set_channels_last, uses_channels_last
@@ -52,7 +52,7 @@ def test_the_int8_payload_runs_exactly_what_torch_ao_converts(policy):
     actors = QuantizedNetwork.template_for(policy, INT8)
     learner = _trained(policy)
     actors.load_payload(quantize(learner, INT8, calibration))
-    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_first_stage=True)
+    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_ends=True)
     assert torch.equal(actors.features(frames), converted(frames))
     copied = pickle.loads(pickle.dumps(actors))  # what a worker process receives, rebuilt there
     assert torch.equal(copied.features(frames), converted(frames))
@@ -75,7 +75,7 @@ def test_a_new_version_loads_into_the_actors_copy_in_place(policy):
     learner = _trained(policy)
     actors.load_payload(quantize(learner, INT8, calibration))
     assert not torch.equal(actors.features(frames), before)
-    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_first_stage=True)(frames))
+    assert torch.equal(actors.features(frames), quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_ends=True)(frames))
 
 
 def test_a_pushs_fidelity_converts_no_int8_model_and_its_weight_error_is_the_trunks(policy, monkeypatch):
@@ -146,7 +146,7 @@ def test_the_learners_layout_stays_out_of_the_int8_copy_and_fp32_copies_measure_
     faster (measured once there, and again in each worker a layout is pickled to)."""
     calibration, frames = _frames(16), _frames(4, seed=1)
     learner = set_channels_last(_trained(policy), True)
-    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_first_stage=True)
+    converted = quantize_conv_policy(learner.trunk, calibration, observer=INT8.calibration, fp32_ends=True)
     assert "channels_last" not in converted.code and uses_channels_last(learner)
     actors = QuantizedNetwork.template_for(policy, INT8)
     actors.load_payload(quantize(learner, INT8, calibration))
@@ -179,3 +179,68 @@ def test_bits_8_keeps_impalas_first_stage_fp32_and_channels_last_and_int8_static
         assert all(conv.weight.is_contiguous(memory_format=torch.channels_last) for conv in convs)
         with torch.no_grad():  # the fp32 stage hands on a quantized tensor: the copy stays close
             assert (actors(frames) - policy(frames)).abs().mean() < 0.1 * policy(frames).abs().max()
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_bits_8_keeps_the_output_layer_fp32_q_values_and_logits_alike_and_int8_static_quantizes_it(algo):
+    """As an MLP's int8 copy keeps its last layer: the outputs actions are read from (DQN's
+    Q-values, PPO's logits) are not put on a 256-step grid. Learner and actors build the same
+    graph: the payload encoded on one side loads into the template built on the other."""
+    torch.manual_seed(0)
+    network = (PixelQNetwork("nature", (4, 84, 84), num_actions=4) if algo == "dqn"
+               else PPO(FRAMES, pixel_trunk="nature").policy).eval()
+    output = network.trunk[-1]
+    calibration = _frames(16)
+    for spec, fp32_output in ((INT8, True), (QuantSpec(bits=8, mode="static", format="int8_static"), False)):
+        actors = QuantizedNetwork.template_for(network, spec)
+        actors.load_payload(quantize(network, spec, calibration))
+        last = actors.built().trunk.get_submodule(str(len(network.trunk) - 1))
+        assert (type(last) is nn.Linear) == fp32_output, spec.describe()
+        if fp32_output:
+            assert torch.equal(last.weight, output.weight) and torch.equal(last.bias, output.bias)
+            assert torch.equal(actors.payload()["1__weight"], output.weight)
+        assert actors.built().trunk.get_submodule("0.convs.0").weight().dtype == torch.qint8  # the trunk is int8
+
+
+def test_a_pushs_fidelity_of_a_q_network_on_frames_is_its_greedy_agreement_on_held_out_frames():
+    """What a push logs of a DQN's int8 copy on frames, as of an MLP DQN's: the greedy
+    agreement on frames it was not calibrated on (a push's run: tests/integration/test_atari.py)."""
+    torch.manual_seed(0)
+    network = PixelQNetwork("nature", (4, 84, 84), num_actions=4).eval()
+    actors = QuantizedNetwork.from_network(network, INT8, _frames(16))
+    metrics = fidelity_metrics(network, actors, _frames(8, seed=1), FRAMES, batch_size=8)
+    assert metrics["quant/greedy_agreement"] == action_agreement(network, actors, _frames(8, seed=1))
+    assert "quant/kl" not in metrics and 0 < metrics["quant/weight_error"] < 0.05
+
+
+def test_each_actor_chooses_its_activations_bits_on_its_own_cpu_not_the_learners(policy, monkeypatch):
+    """The payload carries 8-bit ranges; an actor whose CPU would saturate 8-bit sums (AVX2
+    without VNNI) runs them on 7, one whose CPU sums them exactly on 8, whatever the
+    learner's CPU is."""
+    if _ao.DEFAULT_ENGINE not in _ao.REDUCED_RANGE_ENGINES:
+        pytest.skip("the default int8 engine of this torch build keeps 8 bits on every CPU")
+    calibration, frames = _frames(16), _frames(4, seed=1)
+    copies = {}
+    for bits in (7, 8):
+        copies[bits] = quantize_conv_policy(policy.trunk, calibration, observer=INT8.calibration, full_range=bits == 8,
+                                            fp32_ends=True)(frames)
+    assert not torch.equal(copies[7], copies[8])
+    for learner_saturates, actor_saturates in ((False, True), (True, False)):
+        monkeypatch.setattr(_ao, "saturates_full_range", lambda engine, answer=learner_saturates: answer)
+        payload = quantize(policy, INT8, calibration)
+        monkeypatch.setattr(_ao, "saturates_full_range", lambda engine, answer=actor_saturates: answer)
+        actors = QuantizedNetwork.template_for(policy, INT8)
+        actors.load_payload(payload)
+        assert torch.equal(actors.features(frames), copies[7 if actor_saturates else 8])
+
+
+def test_the_actors_copy_runs_at_its_own_precision_inside_a_bf16_learners_autocast(policy):
+    """The learner's process recomputes the actors' log-probs with its copy of their policy
+    inside a training step, under a bf16-mixed learner's autocast: the copy's fp32 layers
+    must run fp32 there as in the actors, or the check reads rounding the actors never had."""
+    frames = _frames(4, seed=1)
+    actors = QuantizedNetwork.from_network(policy, INT8, _frames(16))
+    with torch.no_grad():
+        expected = actors.features(frames)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.equal(actors.features(frames), expected) and torch.equal(actors(frames), actors.head(expected))

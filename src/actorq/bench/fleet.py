@@ -34,7 +34,9 @@ Every engine gets its row, and ``run_with`` names the overrides that give a run 
 the default engine's row (torch's, ``quant.engine=null``) is what ``quant.bits=8`` runs, so
 the table shows what a run gets beside what the other engine would give on this CPU. A trunk
 whose first stage ``quant.bits=8`` keeps in fp32 (IMPALA-CNN's) also gets the copy with every
-layer in int8 (``quant.format=int8_static``).
+layer in int8 (``quant.format=int8_static``); ``quant.bits=8`` also keeps the output layer
+in fp32 (:func:`~actorq.quant.conv.fp32_parts`), a thin layer whose int8 copy a Nature-CNN
+row does not time.
 """
 
 from __future__ import annotations
@@ -203,20 +205,20 @@ def actor_timer(env, policy, steps: int) -> Callable[[], float]:
 
 def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: str, repeats: int):
     """Per engine, the int8 copies of ``policy`` calibrated on ``frames``: the one
-    ``quant.bits=8`` runs (its :func:`~actorq.quant.conv.first_stage` in fp32) and, where
-    that stage is not empty, the one with every layer in int8 (``quant.format=int8_static``).
+    ``quant.bits=8`` runs (its :func:`~actorq.quant.conv.fp32_parts` in fp32) and, where
+    its first stage is not empty, the one with every layer in int8 (``quant.format=int8_static``).
     Yields ``(precision, engine, overrides, copy, ms)``: ms is the median time its
     quantization takes (the learner's cost per pushed version; the first quantization of a
     process, several times dearer, is a warm-up)."""
     variants = [(True, "")] + ([(False, ", all int8")] if first_stage(policy) else [])
     for engine in engines:
         full_range = full_range_for(engine)  # measured once per process: not a per-version cost
-        for fp32_first_stage, label in variants:
-            def quantize(engine=engine, full_range=full_range, fp32_first_stage=fp32_first_stage):
+        for fp32_ends, label in variants:
+            def quantize(engine=engine, full_range=full_range, fp32_ends=fp32_ends):
                 return quantize_conv_policy(policy, frames, engine=engine, full_range=full_range,
-                                            observer=calibration, fp32_first_stage=fp32_first_stage)
+                                            observer=calibration, fp32_ends=fp32_ends)
             seconds = _median_time(quantize, repeats)
-            overrides = run_overrides(engine, calibration) + ("" if fp32_first_stage else " quant.format=int8_static")
+            overrides = run_overrides(engine, calibration) + ("" if fp32_ends else " quant.format=int8_static")
             yield f"int8 static{label} ({engine})", engine, overrides, quantize(), 1000 * seconds
 
 

@@ -14,10 +14,11 @@ swapping the backend means rewriting this file only. Three parts:
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -331,8 +332,10 @@ def saturates_full_range(engine: str) -> bool:
     multiply pairs of inputs into 16-bit sums that saturate, so inputs keep 7 bits there;
     with VNNI (or another exact path) they get all 8, which halves their rounding error.
 
-    The int8 payload records the ranges, not the kernel: actors on another CPU than the
-    learner's (a Ray cluster) should match it, or run ``quant.engine`` kernels that it measured.
+    An MLP's static int8 payload records the ranges the learner's CPU chose: actors on another
+    CPU (a Ray cluster) should match it, or run ``quant.engine`` kernels that it measured. A
+    convolutional copy's payload holds 8-bit ranges, which each actor keeps or re-expresses
+    on 7 bits for its own CPU (:func:`actorq.quant.conv.reduces_activation_range`).
     """
     if engine not in ENGINES:
         return True
@@ -483,6 +486,45 @@ def convert_static_fx(model: nn.Module, calibration: list[torch.Tensor], engine:
         if type(module) is nn.Conv2d:  # left fp32 (quantized convolutions are other types)
             module.to(memory_format=torch.channels_last)
     return converted
+
+
+def reduced_activation_range(state: Mapping[str, object]) -> dict[str, object]:
+    """The ``state_dict()`` of a module :func:`convert_static_fx` made with every activation
+    range it was calibrated to on 8 bits (codes 0..255) kept, on 7 (0..127): what torch's
+    ``reduce_range`` observers give for the same observed range (theirs choose the range on
+    256 bins either way). Weights and the rest of the state are left as they are.
+
+    Example:
+        >>> model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2))
+        >>> converted = convert_static_fx(model, [torch.rand(4, 1, 4, 4)], DEFAULT_ENGINE, full_range=True)
+        >>> state, reduced = converted.state_dict(), reduced_activation_range(converted.state_dict())
+        >>> [round(float(reduced[key] / state[key]), 4) for key in ("0_input_scale_0", "3.scale")]
+        [2.0079, 2.0079]
+        >>> int(reduced["3.zero_point"]) == round(int(state["3.zero_point"]) * 127 / 255)
+        True
+    """
+    reduced = collections.OrderedDict(state)
+    reduced._metadata = getattr(state, "_metadata", None)  # type: ignore[attr-defined]  # modules' versions
+    for key, value in state.items():
+        zero_point = _activation_zero_point(key)
+        if zero_point in state and isinstance(value, torch.Tensor) and not value.is_quantized:
+            reduced[key] = value * (FULL_ACTIVATION_MAX / REDUCED_ACTIVATION_MAX)
+            codes = state[zero_point]
+            reduced[zero_point] = torch.round(codes * (REDUCED_ACTIVATION_MAX / FULL_ACTIVATION_MAX)).to(codes.dtype)
+    return reduced
+
+
+def _activation_zero_point(key: str) -> str | None:
+    """The key of the zero point beside ``key`` in a converted module's state where ``key``
+    is an activation's scale (a quantized module's ``scale``, a quantize node's
+    ``..._scale_N``), else None."""
+    head, dot, last = key.rpartition(".")
+    if last == "scale":
+        return f"{head}{dot}zero_point"
+    stem, marker, index = last.rpartition("_scale_")
+    if marker and index.isdigit():
+        return f"{head}{dot}{stem}_zero_point_{index}"
+    return None
 
 
 def plain_tensors(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:

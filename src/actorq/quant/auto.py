@@ -78,7 +78,8 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_sta
     A ``convolutional`` trunk gets the codecs that run one and, if it has a first stage that
     ``int8_static_fp32_ends`` keeps in fp32 (``fp32_first_stage``), every int8-kernel codec
     among them: ``int8_static`` quantizes that stage, and which is faster depends on the CPU.
-    Without one, the two int8 copies are the same and only the candidate is timed."""
+    Without one, the two int8 copies differ only in the thin output layer, which the
+    candidate keeps in fp32 for its outputs' sake, and only the candidate is timed."""
     codecs = [codec for codec in registered() if _candidate(codec, convolutional, fp32_first_stage)]
     engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
     candidates = {}

@@ -4,12 +4,15 @@ Convolutions and linear layers get per-channel int8 weights, a convolution or li
 followed by a ReLU is fused into one kernel, residual adds run on int8 tensors, and the
 activation ranges are calibrated on frames the policy sees. What the engine's default recipe
 does for each op is torch.ao's (``get_default_qconfig_mapping``); the engine is a choice
-(``x86``: fbgemm's AVX2/AVX-512 kernels; ``onednn``: also AMX tiles).
+(``x86``: fbgemm's AVX2/AVX-512 kernels; ``onednn``: also AMX tiles). With ``fp32_ends``
+(``quant.bits=8``'s recipe) the :func:`first_stage` and the :func:`output_layer` stay fp32.
 
-One change to the x86 recipe: its activations get all 8 bits, not torch's 7, where this CPU's
-kernels sum 8-bit inputs exactly (:func:`actorq.quant._ao.saturates_full_range`, measured once
-per process, as for the MLP recipes), which makes the int8 copy's logit error smaller
-(docs/measured/pixels.md).
+One change to the x86 recipe: its activations get all 8 bits, not torch's 7, where the CPU
+that runs the copy sums 8-bit inputs exactly (:func:`actorq.quant._ao.saturates_full_range`,
+measured once per process, as for the MLP recipes), which makes the int8 copy's logit error
+smaller (docs/measured/pixels.md). The ranges are calibrated on 8 bits and re-expressed on 7
+where that CPU needs it (:func:`reduces_activation_range`), so a payload carries nothing of
+the learner's CPU: each actor makes the choice for its own.
 
 Example:
     >>> from actorq.algos.conv import PixelPolicy
@@ -31,7 +34,7 @@ import torch
 from torch import nn
 
 from actorq.quant import _ao
-from actorq.quant._ao import DEFAULT_ENGINE, saturates_full_range
+from actorq.quant._ao import DEFAULT_ENGINE
 from actorq.util.memory_format import set_channels_last
 
 CALIBRATION_CHUNK = 64
@@ -41,16 +44,17 @@ CALIBRATION_CHUNK = 64
 @torch.no_grad()
 def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = DEFAULT_ENGINE,
                          full_range: bool | None = None, observer: str = "histogram",
-                         fp32_first_stage: bool = False) -> nn.Module:
+                         fp32_ends: bool = False) -> nn.Module:
     """A static int8 copy of ``policy`` (frames in, float out), its activation ranges
     calibrated on ``frames`` ``[N, C, H, W]`` (uint8). ``policy`` itself is left as it was.
 
     Args:
         full_range: 8-bit activations (``None``: where the engine's kernels sum them exactly
-            on this CPU; onednn's recipe always has them).
+            on this CPU; onednn's recipe always has them): :func:`reduces_activation_range`.
         observer: how activation ranges are calibrated: ``histogram`` (torch.ao's recipe),
             ``minmax`` or ``moving_average`` (``quant.calibration``).
-        fp32_first_stage: keep :func:`first_stage` in fp32 (channels-last).
+        fp32_ends: keep :func:`fp32_parts` in fp32: the first stage (channels-last) and the
+            output layer.
 
     Raises:
         ValueError: for no calibration frames, or an engine this torch build lacks.
@@ -60,22 +64,66 @@ def quantize_conv_policy(policy: nn.Module, frames: torch.Tensor, engine: str = 
     if engine not in torch.backends.quantized.supported_engines:
         raise ValueError(f"quantized engine {engine!r} is not in this torch build "
                          f"({', '.join(torch.backends.quantized.supported_engines)})")
-    if full_range is None:
-        full_range = full_range_for(engine)
     # The default layout: int8 kernels lay activations out their own way, and the actors'
     # template (traced from the layout's architecture) must trace the same graph.
     plain = set_channels_last(copy.deepcopy(policy).eval(), False)
-    return _ao.convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, full_range, observer,
-                                 **fp32_parts(plain, fp32_first_stage))
+    converted = _ao.convert_static_fx(plain, list(frames.split(CALIBRATION_CHUNK)), engine, True, observer,
+                                      **fp32_parts(plain, fp32_ends))
+    if reduces_activation_range(engine, full_range):
+        converted.load_state_dict(_ao.reduced_activation_range(converted.state_dict()))
+    return converted
 
 
-def fp32_parts(policy: nn.Module, fp32_first_stage: bool) -> dict[str, tuple]:
+def reduces_activation_range(engine: str, full_range: bool | None = None) -> bool:
+    """Whether an int8 copy for ``engine`` runs its activations on 7 bits: the ranges it was
+    calibrated to on 8 bits, re-expressed (:func:`~actorq.quant._ao.reduced_activation_range`)
+    where ``full_range`` is false (``None``: :func:`full_range_for` this CPU) and the engine's
+    recipe reduces them (x86, fbgemm; onednn's keeps 8).
+
+    A payload carries the 8-bit ranges and each actor asks this on its own CPU when it loads
+    a version, so the choice is the actors' CPU's, not the learner's."""
+    if full_range is None:
+        full_range = full_range_for(engine)
+    return not full_range and engine in _ao.REDUCED_RANGE_ENGINES
+
+
+def fp32_parts(policy: nn.Module, fp32_ends: bool) -> dict[str, tuple]:
     """What an int8 copy of ``policy`` keeps in fp32, as :func:`~actorq.quant._ao.convert_static_fx`
-    takes it: with ``fp32_first_stage``, the :func:`first_stage` modules and, when there are
-    any, the pixel scaling before them (a multiplication), so the fp32 convolution reads the
-    frames themselves, not their quantized codes."""
-    modules = tuple(first_stage(policy)) if fp32_first_stage else ()
-    return {"fp32_modules": modules, "fp32_ops": (operator.mul,) if modules else ()}
+    takes it: with ``fp32_ends``, the :func:`first_stage` modules and, when there are any, the
+    pixel scaling before them (a multiplication), so the fp32 convolution reads the frames
+    themselves, not their quantized codes; and the :func:`output_layer`.
+
+    Example:
+        >>> policy = nn.Sequential(nn.Conv2d(4, 16, 3), nn.MaxPool2d(3, 2), nn.ReLU(), nn.Flatten(),
+        ...                        nn.Linear(16, 6))
+        >>> fp32_parts(policy, fp32_ends=True)["fp32_modules"], fp32_parts(policy, fp32_ends=False)
+        (('0', '1', '4'), {'fp32_modules': (), 'fp32_ops': ()})
+    """
+    if not fp32_ends:
+        return {"fp32_modules": (), "fp32_ops": ()}
+    stage = tuple(first_stage(policy))
+    return {"fp32_modules": stage + tuple(output_layer(policy)), "fp32_ops": (operator.mul,) if stage else ()}
+
+
+def output_layer(policy: nn.Module) -> list[str]:
+    """The name of the layer that writes ``policy``'s outputs, when it is a ``Linear`` (the
+    last module, not followed by an activation: DQN's Q-values, PPO's logits); else none.
+
+    Why fp32: as in the MLP recipe (:mod:`~actorq.quant.codecs.int8_static_fp32_ends`), the
+    outputs actions are read from would otherwise sit on a 256-step grid over their
+    calibrated range, coarser than the gap between two nearly tied Q-values or logits, and the
+    layer is thin (``features x actions``), so fp32 costs little time.
+
+    Example:
+        >>> output_layer(nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2)))
+        ['2']
+        >>> output_layer(nn.Sequential(nn.Linear(8, 4), nn.ReLU()))  # features, not outputs
+        []
+    """
+    leaves = [(name, module) for name, module in policy.named_modules() if not list(module.children())]
+    if not leaves or not isinstance(leaves[-1][1], nn.Linear):
+        return []
+    return [leaves[-1][0]]
 
 
 def first_stage(policy: nn.Module) -> list[str]:
@@ -103,7 +151,7 @@ def first_stage(policy: nn.Module) -> list[str]:
 def full_range_for(engine: str) -> bool:
     """Whether ``engine``'s int8 copies get 8-bit activations on this CPU (its kernels sum
     them exactly), else 7."""
-    return not saturates_full_range(engine)
+    return not _ao.saturates_full_range(engine)
 
 
 def serialized_bytes(module: nn.Module) -> int:

@@ -98,15 +98,15 @@ class ModuleLayout:
             self._templates["channels_last"] = faster
         return self._templates["channels_last"]
 
-    def int8_template(self, engine: str, full_range: bool, fp32_first_stage: bool = False) -> nn.Module:
+    def int8_template(self, engine: str, fp32_ends: bool = False) -> nn.Module:
         """The int8 module torch.ao converts this structure into for ``engine``, with its
-        :func:`~actorq.quant.conv.first_stage` in fp32 if ``fp32_first_stage`` (built once;
-        its weights and ranges are placeholders for a payload's)."""
-        key = (engine, full_range, fp32_first_stage)
+        :func:`~actorq.quant.conv.fp32_parts` in fp32 if ``fp32_ends`` (built once; its
+        weights and ranges are placeholders for a payload's)."""
+        key = (engine, fp32_ends)
         if key not in self._templates:
             fresh = self.fresh()
-            self._templates[key] = _ao.convert_static_fx(fresh, [self.example_inputs()], engine, full_range,
-                                                         **fp32_parts(fresh, fp32_first_stage))
+            self._templates[key] = _ao.convert_static_fx(fresh, [self.example_inputs()], engine, True,
+                                                         **fp32_parts(fresh, fp32_ends))
         return self._templates[key]
 
     def __getstate__(self) -> dict:

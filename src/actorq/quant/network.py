@@ -338,7 +338,14 @@ def _output(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
 
 def _features(built: BuiltVersion, observation: torch.Tensor) -> torch.Tensor:
     """``built``'s trunk output for one observation or a batch of any shape (normalized
-    first, if the policy normalizes them); quantized kernels need one batch dimension."""
+    first, if the policy normalizes them); quantized kernels need one batch dimension.
+
+    At the copy's own precision, as the actors run it, also where the caller is under
+    autocast (a bf16-mixed learner's training step, which checks the actors' log-probs with
+    its copy): autocast would run its fp32 layers in bf16."""
+    if torch.is_autocast_enabled(observation.device.type):
+        with torch.autocast(observation.device.type, enabled=False):
+            return _features(built, observation)
     if built.normalizer is not None:
         observation = built.normalizer(observation)
     batch_shape = observation.shape[:observation.dim() - built.event_dims]

@@ -12,7 +12,9 @@ here and are refused.
 A convolutional trunk (:class:`~actorq.quant.module_layout.ModuleLayout`) goes through
 torch.ao's FX graph mode instead (:func:`actorq.quant.conv.quantize_conv_policy`): per-channel
 int8 weights, conv+ReLU fused, int8 residual adds; its payload is the converted module's state
-as plain tensors, which the actors load into a module of the same structure.
+as plain tensors, its activation ranges on 8 bits, which the actors load into a module of the
+same structure, on 7 bits where their own CPU needs it
+(:func:`actorq.quant.conv.reduces_activation_range`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from actorq.util.errors import ConfigError
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
-from actorq.quant.conv import full_range_for, quantize_conv_policy
+from actorq.quant.conv import quantize_conv_policy, reduces_activation_range
 from actorq.quant.layout import ACTIVATIONS, TrunkLayout
 from actorq.quant.module_layout import ModuleLayout, plain_state, quantized_weights, restored_state, \
     state_payload_spec
@@ -45,8 +47,9 @@ class Int8Static(Codec):
     int8_kernels = True
     calibrated = True
     runs_modules = True
-    fp32_first_stage: ClassVar[bool] = False
-    """A convolutional trunk keeps its :func:`~actorq.quant.conv.first_stage` in fp32."""
+    fp32_ends: ClassVar[bool] = False
+    """A convolutional trunk keeps its :func:`~actorq.quant.conv.first_stage` and its
+    :func:`~actorq.quant.conv.output_layer` in fp32."""
 
     def describe(self, spec):
         engine = "" if spec.engine in (None, _ao.DEFAULT_ENGINE) else f" {spec.engine}"
@@ -69,8 +72,10 @@ class Int8Static(Codec):
         return out
 
     def encode(self, trunk, layout, spec, calibration):
-        if isinstance(layout, ModuleLayout):
-            return plain_state(self.reference(trunk, spec, calibration).state_dict())
+        if isinstance(layout, ModuleLayout):  # the 8-bit ranges: each actor re-expresses them for its CPU
+            converted = quantize_conv_policy(trunk, calibration, _engine(spec), full_range=True,
+                                             observer=spec.calibration, fp32_ends=self.fp32_ends)
+            return plain_state(converted.state_dict())
         self.check_layout(layout)
         observed = _ao.calibrate_static(trunk, calibration, spec)
         payload = prefixed("input_", _ao.observed_qparams(observed.quant))
@@ -85,7 +90,10 @@ class Int8Static(Codec):
         with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
             if isinstance(layout, ModuleLayout):
                 module = copy.deepcopy(self._template(layout, spec))
-                module.load_state_dict(restored_state(module.state_dict(), payload))
+                state = restored_state(module.state_dict(), payload)
+                if reduces_activation_range(_engine(spec)):  # this CPU's choice, made here
+                    state = _ao.reduced_activation_range(state)
+                module.load_state_dict(state)
                 return module
             return self._decode(layout, spec, payload)
 
@@ -117,19 +125,19 @@ class Int8Static(Codec):
         if isinstance(trunk, nn.Sequential) and not _convolutional(trunk):
             return _ao.convert_static(trunk, calibration, spec)
         return quantize_conv_policy(trunk, calibration, _engine(spec), observer=spec.calibration,
-                                    fp32_first_stage=self.fp32_first_stage)
+                                    fp32_ends=self.fp32_ends)
 
     def _template(self, layout: ModuleLayout, spec) -> nn.Module:
         """The converted module a convolutional payload is loaded into, for ``spec``'s engine."""
-        engine = _engine(spec)
-        return layout.int8_template(engine, full_range_for(engine), self.fp32_first_stage)
+        return layout.int8_template(_engine(spec), self.fp32_ends)
 
 
-class Int8StaticFp32FirstStage(Int8Static):
-    """A convolutional trunk in int8 but for its first stage (not a format of its own:
-    :mod:`~actorq.quant.codecs.int8_static_fp32_ends` runs convolutional trunks with it)."""
+class Int8StaticConvFp32Ends(Int8Static):
+    """A convolutional trunk in int8 but for its first stage and its output layer (not a
+    format of its own: :mod:`~actorq.quant.codecs.int8_static_fp32_ends` runs convolutional
+    trunks with it)."""
 
-    fp32_first_stage = True
+    fp32_ends = True
 
 
 def _engine(spec) -> str:

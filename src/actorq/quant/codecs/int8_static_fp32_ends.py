@@ -22,13 +22,15 @@ or two ``Linear`` layers has nothing between its ends and runs in fp32.
 
 ``quant.format=int8_static`` selects the previous recipe (every layer in int8).
 
-A convolutional trunk runs as :mod:`~actorq.quant.codecs.int8_static` runs it, every layer in
-int8 (DQN's Q-value layer included), but for a first convolution followed by a max-pool
-(IMPALA-CNN's first stage, :func:`actorq.quant.conv.first_stage`): those, and the pixel
-scaling before them, stay fp32, where torch's kernels run them faster than its int8 ones.
-Its input needs no fp32 end for range's sake: every pixel is on the same 0..255 scale (on 7
-bits, where the CPU's int8 kernels keep activations to 7, the all-int8 copy's input loses
-each pixel's lowest bit).
+A convolutional trunk runs as :mod:`~actorq.quant.codecs.int8_static` runs it, but for its two
+ends (:func:`actorq.quant.conv.fp32_parts`). Its output layer, the last ``Linear`` (DQN's
+Q-values, PPO's logits; :func:`actorq.quant.conv.output_layer`), stays fp32 for the reason
+an MLP's last layer does. Its first stage stays fp32 where it is a first convolution
+followed by a max-pool (IMPALA-CNN's, :func:`actorq.quant.conv.first_stage`): those, and
+the pixel scaling before them, where torch's fp32 kernels run them faster than its int8
+ones. A first convolution alone (Nature-CNN's) stays int8: its input needs no fp32 end for
+range's sake, since every pixel is on the same 0..255 scale (on 7 bits, where the CPU's int8
+kernels keep activations to 7, the int8 copy's input loses each pixel's lowest bit).
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ from torch import nn
 from actorq.quant import _ao
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import FLOAT32, float_layer, float_layer_spec, layer_modules, plain_linear
-from actorq.quant.codecs.int8_static import Int8Static, Int8StaticFp32FirstStage, check_static_blocks
+from actorq.quant.codecs.int8_static import Int8Static, Int8StaticConvFp32Ends, check_static_blocks
 from actorq.quant.layout import TrunkLayout
 from actorq.quant.module_layout import ModuleLayout
 
 # The layers between the ends are an int8 static trunk of their own, run by that codec; its
 # layer j is layer j + 1 of the whole trunk.
 _INT8_STATIC = Int8Static()
-_CONV = Int8StaticFp32FirstStage()
+_CONV = Int8StaticConvFp32Ends()
 _LAYER_NAME = re.compile(r"^l(\d+)_")
 
 
