@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 from actorq.run.checks import check_run_config, composition_error
 from actorq.run.console import lightning_logs_through_root
 from actorq.util.errors import ConfigError, NonFiniteError
-from actorq.run.launch import logs_in_run_dir, sweep_error, unwritable_dir_error
+from actorq.run.env_ids import env_overrides
+from actorq.run.launch import flag_overrides, logs_in_run_dir, sweep_error, unwritable_dir_error
 
 COMMANDS = {
     "train": ("[+experiment=NAME | algo=A env=E] [KEY=VALUE ...] [-m]",
@@ -87,8 +88,13 @@ def usage() -> str:
 
 
 def train_command(argv: list[str]) -> None:
-    """``actorq train``: the overrides must compose (every job of a sweep, each checked too)
-    and the output dirs they name must be writable, then Hydra runs."""
+    """``actorq train``: config keys given as flags are ``KEY=VALUE``, an environment's id is
+    the env file of its library and ``env.name``; the overrides must compose (every job of a
+    sweep, each checked too) and the output dirs they name must be writable, then Hydra runs."""
+    try:
+        argv = env_overrides(flag_overrides(argv))
+    except ConfigError as error:
+        refuse(error)
     error = composition_error(argv) or sweep_error(argv) or unwritable_dir_error(argv)
     if error is not None:
         refuse(error)

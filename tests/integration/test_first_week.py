@@ -2,7 +2,9 @@
 ``run_dir=`` keeps everything in that folder; resuming a finished run with a larger budget
 continues it and keeps its history, and a budget it has already reached is refused without
 touching the run; every callback set runs to the end; a sweep with a bad job trains nothing.
-One tiny run and its two resumes serve the resume tests."""
+One tiny run and its two resumes serve the resume tests. An environment named by its gymnasium id
+trains from the command line (``env=Acrobot-v1``) and from Python (``actorq.learn``, with an id
+or an env factory of the user's script)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from tests.conftest import TINY
+from tests.conftest import TINY, TINY_ON_POLICY
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ("~callbacks.carbon", "trainer.enable_progress_bar=false", "algo.hidden=[16]")
@@ -112,3 +115,55 @@ def test_a_sweep_with_an_unknown_key_is_one_line(tmp_path):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "nope" in result.stderr, result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+SMALL_PPO = (*(override for override in TINY_ON_POLICY if not override.startswith("actors.total_frames=")), *QUIET)
+"""A tiny PPO run's overrides but its frame budget."""
+
+
+def test_a_gymnasium_id_trains_from_the_command_line_as_env(tmp_path):
+    result = actorq(tmp_path, "train", "algo=ppo", "env=Acrobot-v1", "actors.total_frames=512", *SMALL_PPO,
+                    "callbacks=no_checkpoint", "run_dir=run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["frames"] >= 512
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["env"] == {"name": "Acrobot-v1", "library": "gymnasium", "module": None}
+    saved = yaml.safe_load((tmp_path / "run" / ".hydra" / "overrides.yaml").read_text())
+    assert saved[:3] == ["algo=ppo", "env=cartpole", "env.name=Acrobot-v1"]  # what actorq resume starts from
+
+
+def test_a_gymnasium_id_trains_from_python_with_learn(tmp_path):
+    import actorq as api
+
+    agent = api.learn(None, *SMALL_PPO, algo="ppo", env="Acrobot-v1", total_frames=640, callbacks="no_checkpoint",
+                      run_dir=str(tmp_path / "run"))
+    assert (agent.config.env.name, agent.config.env.library) == ("Acrobot-v1", "gymnasium")
+    assert agent.config.actors.total_frames == 640 and agent.summary["frames"] >= 640
+    action, _ = agent.predict(torch.zeros(6).numpy(), deterministic=True)
+    assert int(action) in (0, 1, 2)
+
+
+def test_an_env_factory_of_the_script_that_calls_learn_reaches_the_actor_processes(tmp_path):
+    """The user's script defines the factory; the actor workers import the script to find it."""
+    overrides = ", ".join(repr(override) for override in SMALL_PPO)
+    (tmp_path / "script.py").write_text(f"""
+import gymnasium
+import actorq
+
+
+def make_acrobot():
+    return gymnasium.make("Acrobot-v1")
+
+
+if __name__ == "__main__":
+    agent = actorq.learn(None, {overrides}, algo="ppo", env=make_acrobot, total_frames=512,
+                         callbacks="no_checkpoint", run_dir="run")
+    print(agent.config.env.name, agent.summary["frames"])
+""")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}
+    result = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, frames = result.stdout.split()[-2:]
+    assert name == "__main__:make_acrobot" and int(frames) >= 512

@@ -88,8 +88,11 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
         (["actors.collection=sync"], "actors.collection must be auto, async, lockstep, got 'sync'"),
         (["algo.batch_size=-1"], "batch_size must be positive"),
         (["replay.capacity=0"], "capacity must be positive"),
-        (["algo.nope=1"], "Could not override 'algo.nope': no such key. To append to your config use +algo.nope=1"),
-        (["env=nope"], "Could not find 'env/nope'; available options in 'env': "),
+        (["algo.nope=1"], "Could not override 'algo.nope': no such key (--cfg job prints the config's keys)"),
+        (["replay.capasity=10"], "Could not override 'replay.capasity': no such key; did you mean replay.capacity?"),
+        (["env=nope"], "env=nope: no env file or environment has this name"),
+        (["env.name=PongNoFrameskip-v4"], "set env.library=atari, or say env=PongNoFrameskip-v4 alone"),
+        (["--algo", "ppo", "-n", "100"], "-n: actorq train takes KEY=VALUE, not this flag: say actors.total_frames=100"),
         (["quant.bits=[8"], "no viable alternative at input '[8'"),
     ],
 )

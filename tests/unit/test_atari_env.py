@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("ale_py")
 
 from actorq.envs import find_suite, make_batched_env, make_env  # noqa: E402
-from actorq.envs.atari import AtariEnvs, AtariSuite, make_atari  # noqa: E402
+from actorq.envs.atari import AtariEnvs, AtariSuite, atari_game, make_atari  # noqa: E402
 from actorq.util.errors import ConfigError  # noqa: E402
 
 
@@ -68,6 +68,21 @@ def test_the_suite_makes_stacked_uint8_frames_of_each_game():
     assert envs.discrete and envs.num_actions == 4 and not envs.evaluation
     out = started(envs).step(envs, [1, 3])
     assert out.obs[:, -1].any() and not out.obs[:, :2].any()  # two frames so far, zeros before them
+    envs.close()
+
+
+def test_the_suite_knows_ale_pys_gymnasium_ids_with_their_sticky_actions_and_gymnasiums_suite_does_not():
+    from actorq.envs.gymnasium import GymnasiumSuite
+
+    suite = AtariSuite()
+    assert suite.knows("BreakoutNoFrameskip-v4") and suite.knows("ALE/Pong-v5") and not suite.knows("CartPole-v1")
+    assert [atari_game(name) for name in ("ALE/Pong-v5", "PongNoFrameskip-v4", "Pong-v0", "pong")] == [
+        ("pong", True), ("pong", False), ("pong", True), ("pong", False)]
+    assert {"ALE/Pong-v5", "pong"} <= set(suite.names())
+    assert not GymnasiumSuite().knows("ALE/Pong-v5") and "ALE/Pong-v5" not in GymnasiumSuite().names()
+    assert find_suite("ALE/Pong-v5").name == "atari"
+    envs = suite.make_raw("BreakoutNoFrameskip-v4", 1)
+    assert envs.obs_shape == (4, 84, 84) and envs.num_actions == 4
     envs.close()
 
 

@@ -50,7 +50,8 @@ import sys
 from actorq.__main__ import cli
 run_dir = "run_dir={tmp_path}"
 for argv in (["--help"], ["resume", "--help"], ["train", "seed=-1", run_dir],
-             ["train", "actors.num_workers=0", run_dir], ["+experiment=ppo_cartpole", "eval.episodes=0", run_dir]):
+             ["train", "actors.num_workers=0", run_dir], ["+experiment=ppo_cartpole", "eval.episodes=0", run_dir],
+             ["train", "env=CartPole-v1", "seed=-1", run_dir], ["train", "--algo", "ppo", "-n", "100"]):
     try:
         cli(argv)
     except SystemExit as exited:
@@ -60,7 +61,7 @@ print(sorted(name for name in {HEAVY!r} if name in sys.modules))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == "[]", result.stdout[-2000:]
-    assert result.stderr.count("actorq: error:") == 3, result.stderr[-2000:]
+    assert result.stderr.count("actorq: error:") == 5, result.stderr[-2000:]
 
 
 @pytest.fixture

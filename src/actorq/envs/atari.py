@@ -10,9 +10,15 @@ as those two use the ``NoFrameskip-v4`` games); ``sticky=True`` gives the v5 gam
 Evaluation plays whole games and reports the raw score, FIRE pressed as in training: RL Zoo
 evaluates through the same ``AtariWrapper`` as it trains, and scores the whole game.
 
-The ``atari`` suite (``env.library: atari``, games named as ale-py names its ROMs:
-``breakout``, ``pong``) steps them as :class:`AtariEnvs` on the lean batched path. Its options
-(``env.options``, :data:`OPTIONS`) are ``sticky``, ``noop_max`` and ``fire_reset``.
+The ``atari`` suite (``env.library: atari``) steps them as :class:`AtariEnvs` on the lean
+batched path. It names a game as ale-py names its ROM (``breakout``, ``pong``: no sticky
+actions) or by any of ale-py's gymnasium ids (``BreakoutNoFrameskip-v4``, ``ALE/Pong-v5``):
+the id names the game, and sticky actions where its registration has them (v5, v0); the
+preprocessing above is the same for every name (4 frames per action, whatever the id's
+``frameskip``). ale-py registers its ids with gymnasium when it is first imported; the suite
+imports it before it answers for a name gymnasium does not know, so whether an id is known
+never depends on what was asked before. Its options (``env.options``, :data:`OPTIONS`) are
+``sticky`` (``None``: as the name says), ``noop_max`` and ``fire_reset``.
 
 Needs the ``atari`` extra (``pip install -e ".[atari]"``): ale-py's wheels ship the ROMs.
 ale-py :data:`OLDEST_ALE_PY` or newer: older versions have no vector env (0.10), no
@@ -28,6 +34,8 @@ Example:
     >>> raw.obs_shape, raw.obs_dtype, raw.num_actions
     ((4, 84, 84), dtype('uint8'), 4)
     >>> raw.close()
+    >>> atari_game("PongNoFrameskip-v4"), atari_game("ALE/Pong-v5"), atari_game("pong"), atari_game("CartPole-v1")
+    (('pong', False), ('pong', True), ('pong', False), None)
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from actorq.envs.gymnasium import ALE_ENTRY_POINT
 from actorq.envs.raw import RawEnvs
 from actorq.envs.registry import EnvSuite, register_suite
 from actorq.util.errors import ConfigError
@@ -53,7 +62,8 @@ EVALUATION = {**TRAINING, "episodic_life": False, "reward_clipping": False}
 STICKY_ACTION_PROBABILITY = 0.25
 """The v5 games' ``repeat_action_probability``, with ``sticky=True``."""
 
-OPTIONS = {"sticky": "true or false", "noop_max": "an integer >= 0", "fire_reset": "true or false"}
+OPTIONS = {"sticky": "true, false or null (as the name says)", "noop_max": "an integer >= 0",
+           "fire_reset": "true or false"}
 """The suite's options (``env.options``), each with the values it takes: the arguments of
 :class:`AtariEnvs` of those names."""
 
@@ -102,6 +112,47 @@ def rom_ids() -> list[str]:
     except ImportError:
         return []
     return list(roms.get_all_rom_ids())
+
+
+_ROM_NAME = re.compile(r"[a-z0-9_]+")
+
+
+def register_atari_ids() -> bool:
+    """Registers ale-py's gymnasium ids (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, ...) with
+    gymnasium, as importing ale-py does once per process; ``False`` without ale-py."""
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    import gymnasium
+
+    gymnasium.register_envs(ale_py)
+    return True
+
+
+def atari_ids() -> list[str]:
+    """ale-py's gymnasium ids; empty without ale-py."""
+    import gymnasium
+
+    if not register_atari_ids():
+        return []
+    return [env_id for env_id, spec in gymnasium.envs.registry.items() if spec.entry_point == ALE_ENTRY_POINT]
+
+
+def atari_game(env_name: str) -> tuple[str, bool] | None:
+    """``(game, sticky)`` for a ROM name (never sticky) or one of ale-py's gymnasium ids (sticky
+    where its registration repeats actions), ``None`` for any other name. ale-py is imported
+    only for a name that is neither in gymnasium's registry already nor a ROM name's shape."""
+    import gymnasium
+
+    spec = gymnasium.envs.registry.get(env_name)
+    if spec is None and _ROM_NAME.fullmatch(env_name):
+        return (env_name, False) if env_name in rom_ids() else None
+    if spec is None and register_atari_ids():
+        spec = gymnasium.envs.registry.get(env_name)
+    if spec is None or spec.entry_point != ALE_ENTRY_POINT:
+        return None
+    return spec.kwargs["game"], spec.kwargs.get("repeat_action_probability", 0.0) > 0
 
 
 def _check_game(game: str) -> None:
@@ -283,14 +334,18 @@ def _frame_offset(info: dict[str, np.ndarray]) -> np.ndarray:
 
 @register_suite
 class AtariSuite(EnvSuite):
-    """Atari games by ale-py's ROM names (``"breakout"``, ``"pong"``) as :class:`AtariEnvs`:
-    :data:`TRAINING` preprocessing, and :data:`EVALUATION` (whole games, raw scores) for
-    evaluation. Without ale-py the suite knows no games."""
+    """Atari games by ale-py's ROM names (``"breakout"``, ``"pong"``) or gymnasium ids
+    (``"BreakoutNoFrameskip-v4"``, ``"ALE/Pong-v5"``, :func:`atari_game`) as
+    :class:`AtariEnvs`: :data:`TRAINING` preprocessing, and :data:`EVALUATION` (whole games,
+    raw scores) for evaluation. Without ale-py the suite knows no games."""
 
     name = "atari"
 
     def names(self) -> list[str]:
-        return rom_ids()
+        return rom_ids() + atari_ids()
+
+    def knows(self, env_name: str) -> bool:
+        return atari_game(env_name) is not None
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """``sticky``, ``noop_max`` and ``fire_reset`` (:data:`OPTIONS`), as
@@ -305,13 +360,26 @@ class AtariSuite(EnvSuite):
             if name not in OPTIONS:
                 raise ConfigError(f"env.options.{name}: the atari suite has no such option; it has "
                                   f"{', '.join(OPTIONS)}")
-            valid = (is_int(value) and value >= 0) if name == "noop_max" else isinstance(value, bool)
+            if name == "noop_max":
+                valid = is_int(value) and value >= 0
+            else:
+                valid = isinstance(value, bool) or (name == "sticky" and value is None)
             if not valid:
                 raise ConfigError(f"env.options.{name} must be {OPTIONS[name]}, got {value!r}")
         return dict(options)
 
     def make_raw(self, env_name: str, num_envs: int, **options: Any) -> AtariEnvs:
-        return AtariEnvs(env_name, num_envs, **options)
+        return _atari_envs(env_name, num_envs, evaluation=False, **options)
 
     def make_raw_for_evaluation(self, env_name: str, num_envs: int, **options: Any) -> AtariEnvs:
-        return AtariEnvs(env_name, num_envs, evaluation=True, **options)
+        return _atari_envs(env_name, num_envs, evaluation=True, **options)
+
+
+def _atari_envs(env_name: str, num_envs: int, evaluation: bool, sticky: bool | None = None,
+                **options: Any) -> AtariEnvs:
+    """:class:`AtariEnvs` of the game ``env_name`` names, sticky as ``sticky`` says or, where it
+    is ``None``, as the name says (an unknown name goes to :class:`AtariEnvs` as it is, which
+    refuses it)."""
+    game, named_sticky = atari_game(env_name) or (env_name, False)
+    return AtariEnvs(game, num_envs, evaluation=evaluation, sticky=named_sticky if sticky is None else sticky,
+                     **options)

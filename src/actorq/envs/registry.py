@@ -205,7 +205,7 @@ def find_suite(env_name: str, library: str | None = None) -> EnvSuite:
         if elsewhere:
             raise ConfigError(
                 f"environment {env_name!r} is not in library {library!r} but in "
-                f"{' and '.join(map(repr, elsewhere))}: set env.library={elsewhere[0]}"
+                f"{' and '.join(map(repr, elsewhere))}: set env.library={elsewhere[0]}, or say env={env_name} alone"
             )
         raise ConfigError(
             f"unknown environment {env_name!r} in library {library!r}.{_hint(env_name, suite.names())}"
@@ -218,11 +218,15 @@ def find_suite(env_name: str, library: str | None = None) -> EnvSuite:
         raise ConfigError(
             f"environment {env_name!r} is in several env libraries ({names}): set env.library to one"
         )
-    known = [name for suite in _SUITES.values() for name in suite.names()]
     raise ConfigError(
         f"unknown environment {env_name!r}: no env library ({_listing()}) has it."
-        f"{_hint(env_name, known)}"
+        f"{_hint(env_name, known_names())}"
     )
+
+
+def known_names() -> list[str]:
+    """Every environment name of every registered suite (for suggestions)."""
+    return [name for suite in _SUITES.values() for name in suite.names()]
 
 
 def make_env(name: str, seed: int | None = None, library: str | None = None,
@@ -280,8 +284,17 @@ def _listing() -> str:
 
 
 def _hint(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=3)
+    close = closest(name, known)
     return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def closest(name: str, known: list[str], n: int = 3) -> list[str]:
+    """The (up to) ``n`` names of ``known`` closest to ``name``, closest first.
+
+    >>> closest("Acrobot-v2", ["Acrobot-v1", "CartPole-v1", "cheetah-run"])
+    ['Acrobot-v1']
+    """
+    return difflib.get_close_matches(name, list(dict.fromkeys(known)), n=n)
 
 
 def make_batched_env(name: str, num_envs: int | None, seed: int | None = None,

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import importlib.util
 import math
@@ -398,14 +399,64 @@ def composed(overrides: list[str], return_hydra_config: bool = False) -> DictCon
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from actorq.run.env_ids import env_overrides
+
+    overrides = env_overrides(overrides)
     try:
         with initialize_config_module("actorq.conf", version_base="1.3"):
             return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException, ValueError) as error:  # Hydra raises all three
-        message = str(error)
-        if "is not in struct" in str(error.__cause__):
-            message = message.replace(".\n", ": no such key.\n", 1)
-        raise ConfigError(_one_line(message)) from error
+        unknown = re.match(r"Could not override '([^']+)'", str(error))
+        if unknown and "is not in struct" in str(error.__cause__):
+            raise ConfigError(_no_such_key(unknown.group(1), overrides)) from error
+        raise ConfigError(_one_line(str(error))) from error
+
+
+def _no_such_key(key: str, overrides: list[str]) -> str:
+    """The line for an override of a key the config does not have, naming the closest key it
+    has (Hydra's own hint, to add the key with ``+``, would make a typo pass every check)."""
+    others = [arg for arg in overrides if arg.lstrip("~").split("=", 1)[0] != key]
+    try:
+        keys = dotted_keys(OmegaConf.to_container(composed(others), resolve=False))
+    except ConfigError:
+        keys = []
+    close = closest_key(key, keys)
+    hint = f"; did you mean {close}?" if close else " (--cfg job prints the config's keys)"
+    return f"Could not override '{key}': no such key{hint}"
+
+
+def dotted_keys(node: object, prefix: str = "") -> list[str]:
+    """Every key of a nested dict, dotted, nodes and leaves.
+
+    >>> dotted_keys({"seed": 0, "replay": {"capacity": 10, "alpha": 0.6}})
+    ['seed', 'replay', 'replay.capacity', 'replay.alpha']
+    """
+    if not isinstance(node, dict):
+        return []
+    return [key for name, child in node.items()
+            for key in (f"{prefix}{name}", *dotted_keys(child, f"{prefix}{name}."))]
+
+
+def closest_key(key: str, keys: list[str]) -> str | None:
+    """The key of ``keys`` closest to ``key``: by the whole key, else the shortest key it
+    begins, else by its last part (a key of the same group first); ``None`` when none is close.
+
+    >>> keys = ["seed", "replay.capacity", "eval.every_frames", "checkpoint.every_frames"]
+    >>> closest_key("replay.capasity", keys), closest_key("capasity", keys), closest_key("checkpoint.every", keys)
+    ('replay.capacity', 'replay.capacity', 'checkpoint.every_frames')
+    >>> closest_key("eval.every", keys), closest_key("algo.nope", keys) is None
+    ('eval.every_frames', True)
+    """
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.8) or sorted(
+        (known for known in keys if known.startswith(key)), key=len)
+    if close:
+        return close[0]
+    group, leaf = key.split(".", 1)[0], key.rsplit(".", 1)[-1]
+    by_leaf: dict[str, str] = {}
+    for known in sorted(keys, key=lambda known: known.split(".", 1)[0] != group):
+        by_leaf.setdefault(known.rsplit(".", 1)[-1], known)
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+    return by_leaf[close[0]] if close else None
 
 
 def _one_line(message: str) -> str:

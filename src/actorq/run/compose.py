@@ -16,13 +16,13 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
 from actorq.run.checks import check_run_config, composed
+from actorq.util.values import override_value
 
 
 def config(*overrides: str) -> DictConfig:
@@ -58,23 +58,3 @@ def overrides_of(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
         else:
             overrides.append(f"{prefix}{key}={override_value(value)}")
     return overrides
-
-
-def override_value(value: Any) -> str:
-    """A Python value as Hydra's override grammar writes it, quoted where it has to be.
-
-    Example:
-        >>> print(*(override_value(value) for value in (True, None, 2.5e-4, [16, 16], "runs/a", "a b, c")))
-        true null 0.00025 [16,16] runs/a 'a b, c'
-    """
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(map(override_value, value)) + "]"
-    text = str(value)
-    if re.fullmatch(r"[\w./@%+-]+", text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-

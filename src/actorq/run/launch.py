@@ -9,6 +9,10 @@ the sweep runs, with one warning naming the jobs that ignore it. The jobs are th
 Hydra's basic sweeper launches: the cartesian product of the comma lists and
 ``range(...)`` values, in the order given.
 
+A config key given as a flag, ``--KEY VALUE`` (RL Zoo's ``--algo ppo --env CartPole-v1``), is
+that ``KEY=VALUE`` (:func:`flag_overrides`); any other flag but Hydra's own is refused in one
+line that gives the ``KEY=VALUE`` form.
+
 A single run given ``run_dir=PATH`` keeps Hydra's own output there too
 (:func:`logs_in_run_dir`). An output dir named on the command line that cannot be created
 or written to stops the run in one line before Hydra starts (:func:`unwritable_dir_error`).
@@ -33,12 +37,61 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import open_dict
 
-from actorq.run.checks import composed, config_overrides, unread_keys
+from actorq.run.checks import TOP_LEVEL_KEYS, composed, config_overrides, unread_keys
 from actorq.util.errors import ConfigError
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 # The output dirs a command line can name, for a single run (False) and a sweep (True).
 OUTPUT_DIR_KEYS = {False: ("run_dir", "hydra.run.dir"), True: ("run_dir", "hydra.sweep.dir")}
+
+
+FLAG_KEYS = {"experiment": "+experiment", **{key: key for key in sorted(TOP_LEVEL_KEYS - {"hydra"})}}
+"""The config keys (and the experiment) a flag can set: ``--seed 1`` is ``seed=1``."""
+OTHER_TOOLS_FLAGS = {"-n": "actors.total_frames", "--n-timesteps": "actors.total_frames",
+                     "--eval-freq": "eval.every_frames", "--eval-episodes": "eval.episodes"}
+"""RL Zoo's flags that are keys here under other names."""
+
+
+def flag_overrides(argv: list[str]) -> list[str]:
+    """``argv`` with each ``--KEY VALUE`` or ``--KEY=VALUE`` whose ``KEY`` is a config key
+    (``-`` read as ``_``; a group's key dotted, ``--actors.total_frames``) written
+    ``KEY=VALUE``, and ``--experiment NAME`` as ``+experiment=NAME``; Hydra's own flags stay.
+
+    Raises:
+        ConfigError: any other flag, in one line that says the ``KEY=VALUE`` to use.
+
+    >>> flag_overrides(["--algo", "ppo", "--env=CartPole-v1", "-m", "--run-dir", "runs/a", "--cfg", "job"])
+    ['algo=ppo', 'env=CartPole-v1', '-m', 'run_dir=runs/a', '--cfg', 'job']
+    >>> flag_overrides(["--algo", "ppo", "-n", "1000"])
+    Traceback (most recent call last):
+    ...
+    actorq.util.errors.ConfigError: -n: actorq train takes KEY=VALUE, not this flag: say actors.total_frames=1000
+    """
+    from hydra._internal.utils import get_args_parser  # the flags @hydra.main parses
+
+    hydra_flags = {flag for action in get_args_parser()._actions for flag in action.option_strings}
+    rewritten, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        flag, equals, value = arg.partition("=")
+        if not arg.startswith("-") or flag in hydra_flags:
+            rewritten.append(arg)
+            continue
+        if not equals and rest and not rest[0].startswith("-") and "=" not in rest[0]:
+            value, equals = rest.pop(0), "="
+        rewritten.append(_flag_override(flag, value if equals else None))
+    return rewritten
+
+
+def _flag_override(flag: str, value: str | None) -> str:
+    """``KEY=VALUE`` for a config key's flag and its value, or the one-line refusal."""
+    root, dot, below = flag.lstrip("-").replace("-", "_").partition(".")
+    key = FLAG_KEYS.get(root) if flag.startswith("--") else None
+    if key is not None and value is not None:
+        return f"{key}{dot}{below}={value}"
+    say = OTHER_TOOLS_FLAGS.get(flag) or (f"{key}{dot}{below}" if key else "KEY")
+    where = " (actorq train --help lists the keys)" if say == "KEY" else ""
+    raise ConfigError(f"{flag}: actorq train takes KEY=VALUE, not this flag: say {say}={value or 'VALUE'}{where}")
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:

@@ -30,7 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from torch import nn
 
-from actorq.run.compose import override_value
+from actorq.util.values import override_value
 from actorq.util.errors import ConfigError
 
 LAST = "last"

@@ -15,6 +15,7 @@ from typing import Any
 from actorq.run.compose import config, overrides_of
 from actorq.run.resume import LAST_CHECKPOINT
 from actorq.tools.agent import Agent, load
+from actorq.util.errors import ConfigError
 
 
 def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Agent:
@@ -25,7 +26,11 @@ def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Ag
             them), or ``None`` for each config group's defaults (then say ``algo`` and ``env``).
         *overrides: overrides as the command line takes them (``"quant.bits=8"``).
         **settings: the same as keywords: a group's option (``algo="sac"``), a key
-            (``seed=1``), or a group's keys as a dict (``quant={"bits": 8}``).
+            (``seed=1``), or a group's keys as a dict (``quant={"bits": 8}``). ``env`` is an
+            env file (``"cartpole"``), an environment's id (``"Acrobot-v1"``, ``"ALE/Pong-v5"``,
+            ``"walker-run"``) or a function or class defined at the top level of a module
+            that returns a ``gymnasium.Env`` (:func:`actorq.envs.gymnasium.factory_name`);
+            ``total_frames`` is ``actors.total_frames``.
 
     Returns:
         The :class:`~actorq.tools.agent.Agent` of the run's last checkpoint (the learner's
@@ -39,6 +44,7 @@ def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Ag
     Example (a full run; ``tests/integration/test_readme.py`` runs it with a tiny budget)::
 
         agent = actorq.learn("ppo_cartpole", quant={"bits": 8}, run_dir="runs/ppo")
+        agent = actorq.learn(algo="ppo", env="Acrobot-v1", total_frames=100_000)
         action, _ = agent.predict(observation, deterministic=True)
         returns = agent.evaluate(episodes=10)
         agent.export("policy.pt")
@@ -46,7 +52,14 @@ def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Ag
     from actorq.train import train  # the training stack, only when a run trains
 
     named = [f"+experiment={experiment}"] if experiment is not None else []
-    cfg = config(*named, *overrides, *overrides_of(settings))
+    try:
+        cfg = config(*named, *overrides, *overrides_of(learn_settings(settings)))
+    except ConfigError as error:
+        if experiment is not None and f"Could not find 'experiment/{experiment}'" in str(error) \
+                and names_an_env(experiment):
+            raise ConfigError(f"{experiment!r} is an environment, not an experiment: say "
+                              f"actorq.learn(algo=ALGO, env={experiment!r}), e.g. algo='ppo'") from error
+        raise
     summary, objects = train(cfg)
     run_dir = Path(cfg.run_dir)
     if (run_dir / LAST_CHECKPOINT).is_file():
@@ -56,3 +69,37 @@ def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Ag
         agent = Agent(cfg, learner, learner.behaviour_network, "learner", "fp32", checkpoint=None)
     agent.summary = summary
     return agent
+
+
+def names_an_env(name: str) -> bool:
+    """Whether ``env=name`` names an environment (an env file or an id)."""
+    from actorq.run.env_ids import env_overrides
+
+    try:
+        env_overrides([f"env={name}"])
+    except ConfigError:
+        return False
+    return True
+
+
+SETTINGS_ALIASES = {"total_frames": "actors.total_frames"}
+"""``learn``'s keywords that name a key of a group, as SB3's ``learn(total_timesteps)``."""
+
+
+def learn_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``learn``'s keywords as the config's: an env factory as the name actor processes import
+    it by, :data:`SETTINGS_ALIASES` by their keys.
+
+    Example:
+        >>> learn_settings({"algo": "ppo", "env": "Acrobot-v1", "total_frames": 4096})
+        {'algo': 'ppo', 'env': 'Acrobot-v1', 'actors.total_frames': 4096}
+        >>> from gymnasium.envs.classic_control import AcrobotEnv
+        >>> learn_settings({"env": AcrobotEnv})
+        {'env': 'gymnasium.envs.classic_control.acrobot:AcrobotEnv'}
+    """
+    env = settings.get("env")
+    if callable(env):
+        from actorq.envs.gymnasium import factory_name
+
+        settings = {**settings, "env": factory_name(env)}
+    return {SETTINGS_ALIASES.get(key, key): value for key, value in settings.items()}

@@ -10,6 +10,9 @@ Example:
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 AUTO = "auto"
 """The value that lets the run pick for itself (``quant.bits``, ``trainer.precision``)."""
 
@@ -17,3 +20,23 @@ AUTO = "auto"
 def is_int(value: object) -> bool:
     """An integer config value (YAML's ``true`` is a bool, not an integer)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def override_value(value: Any) -> str:
+    """A Python value as Hydra's override grammar writes it, quoted where it has to be.
+
+    Example:
+        >>> print(*(override_value(value) for value in (True, None, 2.5e-4, [16, 16], "runs/a", "a b, c")))
+        true null 0.00025 [16,16] runs/a 'a b, c'
+    """
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(override_value, value)) + "]"
+    text = str(value)
+    if re.fullmatch(r"[\w./@%+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
