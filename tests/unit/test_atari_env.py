@@ -327,7 +327,7 @@ def test_the_suites_options_reach_the_envs_it_makes_for_training_and_for_evaluat
 def test_a_bad_env_option_is_a_config_error_naming_it():
     for options, message in (({"stiky": True}, "env.options.stiky: the atari suite has no such option; it has sticky, "
                                                "noop_max, fire_reset"),
-                             ({"sticky": 0.25}, "env.options.sticky must be true or false, got 0.25"),
+                             ({"sticky": 0.25}, "env.options.sticky must be true, false or null (as the name says), got 0.25"),
                              ({"fire_reset": "yes"}, "env.options.fire_reset must be true or false, got 'yes'"),
                              ({"noop_max": -1}, "env.options.noop_max must be an integer >= 0, got -1"),
                              ({"noop_max": True}, "env.options.noop_max must be an integer >= 0, got True")):
@@ -363,3 +363,15 @@ def test_a_runs_env_options_reach_its_actor_workers_and_its_evaluation(make_cfg,
     assert same_game_in_every_env(experience.make_eval_env(3, seed=0)) == (noop_max == 0)
     agent = Agent(cfg, learner, learner.behaviour_network, "learner", "fp32", checkpoint=None)
     assert same_game_in_every_env(agent.make_eval_env(3, seed=0)) == (noop_max == 0)
+
+
+def test_env_options_sticky_null_takes_the_names_sticky_actions_and_true_or_false_overrides_it(monkeypatch):
+    from actorq.envs import atari
+
+    made = []
+    monkeypatch.setattr(atari, "AtariEnvs", lambda game, n, evaluation=False, **options: made.append(
+        (game, options["sticky"])))
+    suite = AtariSuite()
+    for name, sticky in (("ALE/Pong-v5", None), ("ALE/Pong-v5", False), ("pong", None), ("pong", True)):
+        suite.make_raw(name, 1, sticky=sticky)
+    assert made == [("pong", True), ("pong", False), ("pong", False), ("pong", True)]
