@@ -80,7 +80,7 @@ def test_auto_runs_the_faster_and_says_why(given):
     assert decided.timings_ms == {"32-true": 30.0, "bf16-mixed": 10.0}
     assert "3.00x faster" in decided.reason
     summary = decided.summary()
-    assert set(summary) == {"precision", "choice", "reason", "timings_ms", "cached", "channels_last"}
+    assert set(summary) == {"precision", "choice", "reason", "timings_ms", "cached", "channels_last", "micro_batch_size"}
     assert not decided.channels_last and "channels-last" not in decided.reason  # an MLP has no layout to choose
     json.dumps(summary)  # goes into summary.json as it is
 
@@ -245,3 +245,36 @@ def test_a_conv_learner_is_timed_at_both_layouts_and_left_as_it_was():
     assert set(timings) == set(lp.candidates(learner)) and all(ms > 0 for ms in timings.values())
     assert has_layout_choice(learner) and not uses_channels_last(learner)
     assert lp.candidates(td3()) == ("32-true", "bf16-mixed")
+
+
+def ppo_in_parts(micro_batch_size="auto") -> PPO:
+    return PPO(EnvSpec(obs_dim=4, discrete=True, num_actions=2), hidden=(16,), minibatch_size=128,
+               micro_batch_size=micro_batch_size)
+
+
+@pytest.mark.parametrize(("timings", "picked"), [
+    ({"32-true": 10.0, "32-true micro=64": 7.0, "32-true micro=32": 8.0}, 64),
+    ({"32-true": 10.0, "32-true micro=64": 9.8, "32-true micro=32": 9.9}, 128),  # within the margin: whole
+])
+def test_micro_batches_auto_runs_the_faster_part_at_the_precision_decided(given, timings, picked):
+    calls = given(timings)
+    decided = lp.resolve_learner_precision("32-true", ppo_in_parts(), accelerator="cpu")
+    assert decided.micro_batch_size == picked and f"micro-batches of {picked} rows" in decided.reason
+    assert calls == ["cpu"] and {name: decided.timings_ms[name] for name in timings} == timings
+    learner = ppo_in_parts()
+    decided.lay_out(learner)
+    assert learner.micro_batch_size == picked
+    given(timings)
+    assert lp.resolve_learner_precision("32-true", ppo_in_parts(None), accelerator="cpu").micro_batch_size is None
+    assert lp.resolve_learner_precision("32-true", ppo_in_parts(32), accelerator="cpu").micro_batch_size is None
+
+
+def test_micro_batch_candidates_are_timed_in_parts_and_the_learner_left_as_it_was():
+    learner = ppo_in_parts()
+    names = ("32-true", "32-true micro=64", "bf16-mixed micro=32")
+    timings = lp.time_updates(learner, names, rounds=1, max_rounds=1)
+    assert set(timings) == set(names) and all(ms > 0 for ms in timings.values())
+    assert learner.micro_batch_size == "auto"
+    clone = lp._detached_copy(learner, "cpu", *lp.candidate("32-true micro=64")[1:])
+    assert clone.micro_batch_size == 64 and lp._detached_copy(learner, "cpu").micro_batch_size is None
+    assert lp._detached_copy(ppo_in_parts(32), "cpu").micro_batch_size == 32  # a configured size is timed as it is

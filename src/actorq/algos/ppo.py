@@ -102,7 +102,8 @@ class PPO(OnPolicyLearner):
             (:mod:`actorq.algos.conv`); ``hidden`` and ``value_hidden`` are then unused.
         micro_batch_size: rows per forward and backward pass within a minibatch (the same
             gradient, in parts: a large minibatch's activations leave the caches); ``None``:
-            the whole minibatch at once.
+            the whole minibatch at once; ``"auto"``: the faster of the whole minibatch, a half
+            or a quarter of it, timed before the run (``actorq.run.learner_precision``).
         gamma, final_lr_fraction, max_policy_lag: see
             :class:`~actorq.algos.on_policy.OnPolicyLearner`.
     """
@@ -131,15 +132,15 @@ class PPO(OnPolicyLearner):
         scale_rewards: bool = False,
         importance_weight_cap: float = 1.0,
         pixel_trunk: str = "nature",
-        micro_batch_size: int | None = None,
+        micro_batch_size: int | str | None = None,
         **kwargs,
     ):
         super().__init__(spec, **kwargs)
         check_positive(lr=lr, adam_eps=adam_eps, clip_range=clip_range, importance_weight_cap=importance_weight_cap)
         if epochs < 1 or minibatch_size < 1:
             raise ValueError(f"epochs and minibatch_size must be >= 1, got {epochs} and {minibatch_size}")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be >= 1 or null, got {micro_batch_size}")
+        if micro_batch_size not in (None, "auto") and not (isinstance(micro_batch_size, int) and micro_batch_size >= 1):
+            raise ValueError(f"micro_batch_size must be >= 1, auto or null, got {micro_batch_size!r}")
         if not 0 <= gae_lambda <= 1 or not 0 <= clip_range_final_fraction <= 1:
             raise ValueError("gae_lambda and clip_range_final_fraction must be in [0, 1], "
                              f"got {gae_lambda} and {clip_range_final_fraction}")
@@ -300,7 +301,7 @@ class PPO(OnPolicyLearner):
         the whole minibatch first). What ``trainer.precision=auto`` times."""
         clip = self.current_clip_range() if clip is None else clip
         rows = len(batch["advantage"])
-        size = self.micro_batch_size or rows
+        size = self.micro_batch_size if isinstance(self.micro_batch_size, int) else rows  # "auto": until timed
         if size >= rows:
             loss, terms, ratio = self._loss(batch, clip)
             self.gradient_step(self.optimizers(), loss, self.max_grad_norm)

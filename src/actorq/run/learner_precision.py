@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 FP32, BF16 = "32-true", "bf16-mixed"
 CANDIDATES = (FP32, BF16)
 CHANNELS_LAST = " channels-last"  # a candidate's suffix: that precision with channels-last activations
+MICRO = " micro="  # a candidate's last suffix: its minibatch in parts of that many rows
 BF16_NAMES = (BF16, "bf16")  # Lightning's alias
 # Rank 0 hands its decision to the learner ranks Lightning starts (they inherit its environment).
 RANK_ENV = "ACTORQ_LEARNER_PRECISION"
@@ -78,6 +79,8 @@ class LearnerPrecision:
         cached: whether ``timings_ms`` came from an earlier run's measurement on this machine.
         channels_last: whether the learner's convolutional trunks run channels-last (measured
             with ``auto``).
+        micro_batch_size: the rows per forward and backward pass of a minibatch the learner
+            takes (PPO's ``algo.micro_batch_size=auto``, measured); ``None``: as configured.
     """
 
     precision: str
@@ -86,13 +89,17 @@ class LearnerPrecision:
     timings_ms: dict[str, float] | None = None
     cached: bool = False
     channels_last: bool = False
+    micro_batch_size: int | None = None
 
     def summary(self) -> dict:
         return dataclasses.asdict(self)
 
     def lay_out(self, learner) -> None:
-        """Sets ``learner``'s convolutional trunks to the layout decided (default or channels-last)."""
+        """Sets ``learner``'s convolutional trunks to the layout decided (default or channels-last),
+        and its micro-batches where they were measured."""
         set_channels_last(learner, self.channels_last)
+        if self.micro_batch_size is not None:
+            learner.micro_batch_size = self.micro_batch_size
 
 
 def choose(timings_ms: dict[str, float], margin: float = MARGIN) -> tuple[str, str]:
@@ -130,9 +137,41 @@ def resolve_learner_precision(precision: str | int, learner: Learner | None,
     inherited = os.environ.get(RANK_ENV)
     if launched_rank() > 0 and inherited:  # a learner rank runs rank 0's decision
         return LearnerPrecision(**json.loads(inherited))
-    decided = _decide(str(precision), learner, accelerator)
+    decided = with_micro_batches(_decide(str(precision), learner, accelerator), learner, accelerator)
     os.environ[RANK_ENV] = json.dumps(decided.summary())
     return decided
+
+
+def with_micro_batches(decided: LearnerPrecision, learner, accelerator: str) -> LearnerPrecision:
+    """``decided`` with the micro-batch size a learner that asks for it (``micro_batch_size``
+    ``"auto"``) runs fastest at, at the precision and layout decided: its whole minibatch, or
+    a half or a quarter of it (32 rows at least), timed as :func:`time_updates` times; a part
+    is kept only where it beats the whole minibatch by ``MARGIN``."""
+    device = learner_device(accelerator)
+    if getattr(learner, "micro_batch_size", None) != AUTO or device is None:
+        return decided
+    whole = decided.precision + (CHANNELS_LAST if decided.channels_last else "")
+    sizes = [size for size in (learner.minibatch_size // 2, learner.minibatch_size // 4) if size >= 32]
+    names = (whole, *(f"{whole}{MICRO}{size}" for size in sizes))
+    timings, _ = cached_timings(learner, device, names)
+    best = min(names, key=timings.__getitem__)
+    size = candidate(best)[2] if timings[best] <= (1.0 - MARGIN) * timings[whole] else learner.minibatch_size
+    why = f"; micro-batches of {size} rows ({timings[best] / timings[whole]:.2f}x the whole minibatch's time)"
+    log.info("algo.micro_batch_size=auto picked %d rows: %s", size,
+             ", ".join(f"{name} {timings[name]:.3g} ms" for name in names))
+    return dataclasses.replace(decided, reason=decided.reason + why, micro_batch_size=size,
+                               timings_ms={**(decided.timings_ms or {}), **{name: timings[name] for name in names}})
+
+
+def candidate(name: str) -> tuple[str, bool, int | None]:
+    """``(precision, channels_last, micro_batch_size)`` of a timed candidate's name.
+
+    Example:
+        >>> candidate("bf16-mixed channels-last micro=128"), candidate("32-true")
+        (('bf16-mixed', True, 128), ('32-true', False, None))
+    """
+    name, _, micro = name.partition(MICRO)
+    return name.removesuffix(CHANNELS_LAST), name.endswith(CHANNELS_LAST), int(micro) if micro else None
 
 
 def _decide(precision: str, learner, accelerator: str) -> LearnerPrecision:
@@ -236,18 +275,19 @@ def device_name(device: str) -> str:
     return f"{model}, {bf16}"
 
 
-def cached_timings(learner, device: str) -> tuple[dict[str, float], bool]:
-    """``(timings_ms, cached)``: the cached timings of this learner's shape on this device,
-    or fresh ones from :func:`time_updates`, then cached."""
+def cached_timings(learner, device: str, names: tuple[str, ...] | None = None) -> tuple[dict[str, float], bool]:
+    """``(timings_ms, cached)``: the cached timings of ``names`` (default: :func:`candidates`)
+    for this learner's shape on this device, or fresh ones from :func:`time_updates`, then
+    cached beside what the entry held."""
     key = cache_key(learner, device)
     path = cache_path()
     entries = _read_cache(path)
     cached = entries.get(key)
-    names = candidates(learner)
+    names = names or candidates(learner)
     if isinstance(cached, dict) and all(isinstance(cached.get(name), (int, float)) for name in names):
-        return cached, True
+        return {name: cached[name] for name in names}, True
     timings = time_updates(learner, precisions=names, device=device)
-    entries[key] = timings
+    entries[key] = {**(cached if isinstance(cached, dict) else {}), **timings}
     with contextlib.suppress(OSError):  # a read-only home: measure again next time
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(path, json.dumps(entries, indent=1, sort_keys=True))
@@ -276,8 +316,10 @@ def cache_key(learner, device: str) -> str:
     """Device, torch version, algorithm, batch size and every parameter's shape."""
     shapes = ";".join(f"{name}:{tuple(p.shape)}" for name, p in learner.named_parameters())
     digest = hashlib.sha1(shapes.encode()).hexdigest()[:12]
+    micro = getattr(learner, "micro_batch_size", None)
     return (f"v{CACHE_VERSION} {device_name(device)} torch={torch.__version__} "
-            f"{type(learner).__name__} batch={update_size(learner)} params={digest}")
+            f"{type(learner).__name__} batch={update_size(learner)} params={digest}"
+            + (f" micro={micro}" if isinstance(micro, int) else ""))
 
 
 def time_updates(
@@ -323,8 +365,8 @@ def time_updates(
     threads = single_thread() if device == "cpu" else contextlib.nullcontext()
     with threads, torch.random.fork_rng(devices=[] if device == "cpu" else None):  # the run's random stream stays
         samples = random_samples(learner, count=4, device=device)
-        copies = {name: _detached_copy(learner, device, name.endswith(CHANNELS_LAST)) for name in precisions}
-        contexts = {name: _train_step_context(name.removesuffix(CHANNELS_LAST), device) for name in precisions}
+        copies = {name: _detached_copy(learner, device, *candidate(name)[1:]) for name in precisions}
+        contexts = {name: _train_step_context(candidate(name)[0], device) for name in precisions}
         for name in precisions:
             _run(copies[name], contexts[name], samples, cycle, device)
         best: dict[str, float] = {}
@@ -392,8 +434,10 @@ def without_trainer(learner, optimizers: list[torch.optim.Optimizer]) -> None:
     learner.feed_priorities = lambda sample, td_error: None
 
 
-def _detached_copy(learner, device: str, channels_last: bool = False):
+def _detached_copy(learner, device: str, channels_last: bool = False, micro_batch_size: int | None = None):
     clone = set_channels_last(copy.deepcopy(learner).to(device), channels_last)
+    if micro_batch_size is not None or getattr(clone, "micro_batch_size", None) == AUTO:
+        clone.micro_batch_size = micro_batch_size  # a candidate's, else the whole minibatch for "auto"
     without_trainer(clone, clone.make_optimizers())
     return clone
 
