@@ -66,7 +66,7 @@ def test_the_experience_starts_from_the_clock_it_was_handed_and_reads_no_learner
     assert pool.started["frames_done"] == 500 and pool.started["seed"] == 7 + 500
     assert float(experience.actor_policy.noise_scale) == learner.noise_scale == 0.75
     learner.frames = 1000  # one place sets the actors' exploration scale: every push refreshes it
-    experience.calibration_observations = lambda count: torch.randn(count, 4)
+    experience.calibration_and_held_out = lambda count, held_out: (torch.randn(count, 4), None)
     pushed = experience.push(learner.behaviour_network)
     assert pool.pushed_noise == [0.5] and pushed.version == experience.policy_version == 1
     assert int(experience.actor_policy.policy_version) == 1  # the version travels with the weights
@@ -98,7 +98,7 @@ def test_a_restored_experience_gives_the_actors_the_whole_version_they_ran_befor
         trained.policy.head.log_std.fill_(-1.5)
     stopped = experience_of(trained, env_name="Pendulum-v1")
     stopped.train_dataloader()
-    stopped.calibration_observations = lambda count: torch.randn(count, CONTINUOUS.obs_dim)
+    stopped.calibration_and_held_out = lambda count, held_out: (torch.randn(count, CONTINUOUS.obs_dim), None)
     for _ in range(2):
         stopped.push(trained.behaviour_network)
 
@@ -144,8 +144,8 @@ def test_a_checkpoint_keeps_a_calibration_set_of_stored_observations_and_changes
             experience.calibration_observations(8)
     state, after = rand_after(checkpointed.state_dict)
     kept = state[CALIBRATION_OBSERVATIONS]
-    assert kept.shape == (QuantSpec(bits=8).calibration_samples, 4)
-    assert (kept[:, None, :] == observations[None]).all(-1).any(-1).all()  # every row a stored observation
+    assert QuantSpec(bits=8).calibration_samples > 200 and kept.shape == (200, 4)  # all it holds, each once
+    assert torch.equal(kept[kept[:, 0].argsort()], observations)
     assert torch.equal(after, rand_after(lambda: None)[1])  # torch's draws untouched
     assert torch.equal(checkpointed.calibration_observations(8), twin.calibration_observations(8))
 

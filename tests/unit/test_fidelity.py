@@ -128,13 +128,52 @@ def test_a_rollout_fed_push_calibrates_on_the_last_rollout_and_measures_on_the_o
     experience = rollout_experience()
     first, second = torch.arange(30.0).reshape(6, 5), 100 + torch.arange(30.0).reshape(6, 5)
     experience.receive(rollout(first))
-    assert experience.held_out_observations(256) is None  # nothing held out at the first push
+    assert experience.calibration_and_held_out(512, 256)[1] is None  # nothing held out at the first push
     experience.receive(rollout(second))
-    calibration = experience.calibration_observations(512)
+    calibration, held_out = experience.calibration_and_held_out(512, 256)
     assert sorted(calibration[:, 0].tolist()) == sorted(second[:, 0].tolist())  # each step once
-    assert sorted(experience.held_out_observations(256)[:, 0].tolist()) == sorted(first[:, 0].tolist())
-    sample = experience.calibration_observations(4)
+    assert sorted(held_out[:, 0].tolist()) == sorted(first[:, 0].tolist())
+    sample, held_out = experience.calibration_and_held_out(4, 3)
     assert len(sample) == 4 and len(set(sample[:, 0].tolist())) == 4  # without replacement
+    assert len(held_out) == 3 and len(set(held_out[:, 0].tolist())) == 3
+
+
+def replay_fed(stored: int, **replay) -> Experience:
+    """A replay-fed experience whose replay (``make_replay(**replay)``) holds ``stored``
+    CartPole transitions, the i-th with the observation ``[i, 0, 0, 0]``."""
+    from actorq.data.replay import make_replay
+    from actorq.data.replay.factory import transition_template
+    from actorq.envs import make_env
+
+    make_actors = partial(lambda **kwargs: None, num_workers=1, frames_per_batch=6, total_frames=60)
+    experience = Experience(ExperienceSpec("CartPole-v1"), make_actors=make_actors, actor_policy=None,
+                            clock=FrameClock(lambda frames: 0.0),
+                            feed=ReplayFeed(partial(make_replay, capacity=2000, **replay)))
+    experience.feed.setup(0, 1, experience.make_env)
+    transitions = transition_template(make_env("CartPole-v1")).expand(stored).clone()
+    transitions["observation"] = torch.zeros(stored, 4)
+    transitions["observation"][:, 0] = torch.arange(stored, dtype=torch.float32)
+    experience.replay.extend(transitions)
+    return experience
+
+
+def stored_ids(observations: torch.Tensor) -> list[int]:
+    return observations[:, 0].long().tolist()
+
+
+@pytest.mark.parametrize("replay", [{}, {"prioritized": True}, {"shared": True}], ids=["uniform", "prioritized", "shared"])
+def test_a_replay_fed_push_measures_on_observations_it_did_not_calibrate_on(replay):
+    """One draw without replacement, split in two: no stored transition is calibrated on and
+    held out (two independent draws of 512 and 256 out of 1000 share about 40%), none is in
+    either twice, and a replay holding fewer than both gives each its share."""
+    torch.manual_seed(0)
+    calibration, held_out = replay_fed(1000, **replay).calibration_and_held_out(512, 256)
+    calibrated, held = stored_ids(calibration), stored_ids(held_out)
+    assert (len(set(calibrated)), len(set(held))) == (512, 256)
+    assert not set(calibrated) & set(held)
+    calibration, held_out = replay_fed(10, **replay).calibration_and_held_out(512, 256)
+    assert (len(calibration), len(held_out)) == (7, 3)
+    assert sorted(stored_ids(calibration) + stored_ids(held_out)) == list(range(10))
 
 
 def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take():
@@ -308,7 +347,7 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
     int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
     measured = budget_experience(int8, learner)
     kl_int8 = measured._copy_divergence(learner.behaviour_network, 0, measured.actor_policy.network.payload(0),
-                                        measured.held_out_observations(256))["quant/kl"]
+                                        measured.calibration_and_held_out(512, 256)[1])["quant/kl"]
     assert kl_int8 > 0
     fp32_actors = budget_experience(QuantSpec(bits=32), learner).push(learner.behaviour_network)
     for max_kl, rung, describe in ((kl_int8 * 2, 0, "int8 dynamic per_channel fp32-ends"),
@@ -343,7 +382,7 @@ def test_a_push_logs_the_divergence_of_the_copy_the_actors_run_measuring_it_once
         metrics = PolicyPush().push(experience, learner)
         actors = experience.actor_policy.network
         assert actors.rungs.index(actors.active_quant) == rung and len(measured_again) == again
-        fresh = measure(learner.behaviour_network, actors, experience.held_out_observations(256), CONTINUOUS,
+        fresh = measure(learner.behaviour_network, actors, experience.calibration_and_held_out(512, 256)[1], CONTINUOUS,
                         experience.actor_batch)
         assert fresh["quant/kl"] > 0 if rung == 0 else fresh["quant/kl"] == 0
         assert {name: metrics[name] for name in fresh} == pytest.approx(fresh, rel=1e-6, abs=1e-12)

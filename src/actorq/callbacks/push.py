@@ -4,12 +4,12 @@ The callback decides when: every ``every_n_steps`` learner steps it checks that 
 behaviour network is finite and hands it to the experience pipeline
 (``trainer.datamodule.push``), which owns the rest: the actors' precision
 (``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see weights on the same
-schedule), calibration (observations drawn uniformly from the replay without touching the
-learner's sampling state, or the last rollout's), encoding, and the push to every worker
-as the next policy version. The fidelity metrics (the actors' copy against the learner's
-policy, in the policy's own terms, on held-out recent observations: the rollout before the
-last, or a second draw from the replay) run the decoded copy again, so they are measured on
-every ``fidelity_every_n_pushes``-th push only.
+schedule), calibration (observations drawn uniformly from the replay without replacement
+and without touching the learner's sampling state, or the last rollout's), encoding, and the
+push to every worker as the next policy version. The fidelity metrics (the actors' copy
+against the learner's policy, in the policy's own terms, on held-out recent observations: the
+rollout before the last, or the rest of the replay's draw, none calibrated on) run the decoded
+copy again, so they are measured on every ``fidelity_every_n_pushes``-th push only.
 
 Example:
     >>> push = PolicyPush(every_n_steps=100, warmup_steps=50)

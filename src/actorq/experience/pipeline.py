@@ -232,13 +232,16 @@ class Experience(L.LightningDataModule):
 
     def calibration_observations(self, count: int) -> torch.Tensor:
         """``count`` observations a push calibrates a static int8 policy on: drawn uniformly
-        from the replay, or the last rollout's (the feed's)."""
+        from the replay without replacement, or the last rollout's (the feed's)."""
         return self.feed.calibration_observations(count)
 
-    def held_out_observations(self, count: int) -> torch.Tensor | None:
-        """Recent observations the next push does not calibrate on, where the fidelity of
-        its copy is measured (the feed's; ``None`` before there are any)."""
-        return self.feed.held_out_observations(count)
+    def calibration_and_held_out(self, calibration: int, held_out: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What a push calibrates its copy on, and recent observations it does not calibrate
+        on, where the copy's fidelity is measured: ``calibration`` and ``held_out``
+        observations, none in both (the feed's: the last rollout's and the one before's, or
+        one draw from the replay without replacement, split; nothing held out before there is
+        any)."""
+        return self.feed.calibration_and_held_out(calibration, held_out)
 
     @torch.no_grad()
     def _check_recorded_log_prob(self, rollout: TensorDictBase) -> float | None:
@@ -295,8 +298,8 @@ class Experience(L.LightningDataModule):
 
     def push(self, network: nn.Module) -> Pushed:
         """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,
-        calibrated on :meth:`calibration_observations`, and pushes it to every actor as the
-        next policy version, at the exploration scale where the run stands.
+        calibrated on the calibration set of :meth:`calibration_and_held_out`, and pushes it to
+        every actor as the next policy version, at the exploration scale where the run stands.
 
         The payload is loaded into the actors' policy in place (its buffers are what the push
         copies to the workers); the head's own state (a learned log-std) and the observation
@@ -306,8 +309,8 @@ class Experience(L.LightningDataModule):
         measured on the held-out observations first, and a copy over the budget goes out at
         the first fallback precision that meets it (:meth:`_within_budget`).
         """
-        observations = self.calibration_observations(self.quant.calibration_samples)
-        held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
+        observations, held_out = self.calibration_and_held_out(self.quant.calibration_samples,
+                                                               HELD_OUT_OBSERVATIONS)
         rung, payload, divergence = self._within_budget(network, observations, held_out)
         actor_network = self.actor_policy.network
         self.policy_version += 1
