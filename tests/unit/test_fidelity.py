@@ -365,9 +365,10 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
     assert (fp32_actors.rung, fp32_actors.budget_kl) == (0, None)  # nothing above fp32: nothing measured
 
 
-def test_a_push_logs_the_divergence_of_the_copy_the_actors_run_measuring_it_once(monkeypatch):
-    """The push logs the budget's measurement of the actors' own precision rather than measuring
-    it again; after a fallback it measures the fallback's copy, which the actors run instead."""
+def test_a_push_logs_the_kl_of_the_actors_own_precision_measured_once_also_after_a_fallback(monkeypatch):
+    """The push logs the budget's measurement of the int8 copy rather than measuring it again;
+    after a fallback too, so neither its ``quant/kl`` nor the summary's mean turns into the fp32
+    copy's 0, while the payload metrics are the copy's that went out."""
     import actorq.quant.fidelity as fidelity
 
     measured_again = []
@@ -376,16 +377,20 @@ def test_a_push_logs_the_divergence_of_the_copy_the_actors_run_measuring_it_once
     torch.manual_seed(0)
     learner = PPO(CONTINUOUS, hidden=(64, 64), log_std_init=-3.0)
     int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
-    for max_kl, rung, again in ((1.0, 0, 0), (1e-30, 2, 1)):
-        measured_again.clear()
+    logged, summaries = {}, {}
+    for max_kl, rung in ((1.0, 0), (1e-30, 2)):
         experience = budget_experience(dataclasses.replace(int8, max_kl=max_kl), learner)
-        metrics = PolicyPush().push(experience, learner)
+        push = PolicyPush()
+        logged[rung] = push.push(experience, learner)
+        summaries[rung] = push.summary_fields()["fidelity"]
         actors = experience.actor_policy.network
-        assert actors.rungs.index(actors.active_quant) == rung and len(measured_again) == again
-        fresh = measure(learner.behaviour_network, actors, experience.calibration_and_held_out(512, 256)[1], CONTINUOUS,
-                        experience.actor_batch)
-        assert fresh["quant/kl"] > 0 if rung == 0 else fresh["quant/kl"] == 0
-        assert {name: metrics[name] for name in fresh} == pytest.approx(fresh, rel=1e-6, abs=1e-12)
+        assert actors.rungs.index(actors.active_quant) == rung and not measured_again
+    own = logged[0]["quant/kl"]  # the int8 copy's on the same held-out rollout
+    assert own > 0 and logged[2]["quant/fallback"] == 1.0
+    assert {name: logged[2][name] for name in ("quant/kl", "quant/kl_max")} == pytest.approx(
+        {name: logged[0][name] for name in ("quant/kl", "quant/kl_max")}, rel=1e-6)
+    assert summaries[2]["kl"]["mean"] == pytest.approx(own, rel=1e-6)
+    assert logged[0]["quant/compression"] < 1 == logged[2]["quant/compression"]  # the fp32 copy went out
 
 
 def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():

@@ -49,7 +49,9 @@ class PolicyPush(Callback):
     :func:`actorq.quant.fidelity_metrics` (``quant/kl``, ``quant/action_error``, ...) on
     held-out recent observations. Where the divergence budget measured a push
     (``quant.max_kl``), ``quant/fallback`` (1 when it went out at a fallback precision) and
-    ``quant/fallbacks`` (how many did).
+    ``quant/fallbacks`` (how many did); its ``quant/kl`` and ``quant/kl_max`` are then the
+    budget's measurement of the copy at the actors' own precision, also where the push fell
+    back (the fallback's copy, fp32 by default, would log a KL of 0).
 
     Args:
         every_n_steps: learner steps between pushes.
@@ -123,7 +125,7 @@ class PolicyPush(Callback):
         if pushed.held_out is not None and (self.pushes - 1) % self.fidelity_every_n_pushes == 0:
             started = time.perf_counter()
             metrics.update(fidelity_metrics(network, pushed.actor_network, pushed.held_out, learner.spec,
-                                            experience.actor_batch, pushed.measured_divergence))
+                                            experience.actor_batch, pushed.budget_divergence))
             metrics["quant/fidelity_ms"] = 1000 * (time.perf_counter() - started)
         self.fidelity.add(metrics)
         if learner.logger is not None:  # once per push, at the push's frame count

@@ -472,12 +472,6 @@ class Pushed:
         """The budget's ``KL(mu || pi)`` of the actors' own precision (``None``: not measured)."""
         return None if self.budget_divergence is None else self.budget_divergence["quant/kl"]
 
-    @property
-    def measured_divergence(self) -> dict[str, float] | None:
-        """The divergence of the copy the actors run now, where the budget measured it: its
-        own precision's, which they run unless the push fell back."""
-        return self.budget_divergence if self.rung == 0 else None
-
 
 def _normalizer_state(network: nn.Module, copy: QuantizedNetwork) -> dict[str, torch.Tensor] | None:
     """The observation statistics of the learner's ``network`` for its ``copy`` (``None``
