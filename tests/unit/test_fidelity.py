@@ -399,9 +399,15 @@ def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():
     experience = budget_experience(QuantSpec(bits=8, max_kl=None), learner)
     pushed = experience.push(learner.behaviour_network)
     assert (pushed.rung, pushed.budget_kl, experience.actor_policy.network.rungs[1:]) == (0, None, ())
-    deterministic = DeterministicActor(CONTINUOUS, (32,))
-    copy_ = QuantizedNetwork.template_for(deterministic, QuantSpec(bits=8))
-    assert copy_.rungs[1:] == ()  # built without fallbacks: a deterministic actor has no KL to bound
+    from actorq.algos.base import Exploration
+    from actorq.algos.td3 import TD3
+
+    budgeted = QuantSpec(bits=8)  # quant.max_kl's default budget, falling back to fp32
+    stochastic = actor_policy(learner, budgeted, torch.randn(8, CONTINUOUS.obs_dim)).network
+    assert [spec.describe() for spec in stochastic.rungs[1:]] == ["fp32"]
+    td3 = TD3(CONTINUOUS, Exploration(0.5), actor_hidden=(32,), critic_hidden=(32,))
+    deterministic = actor_policy(td3, budgeted, torch.randn(8, CONTINUOUS.obs_dim)).network
+    assert deterministic.rungs[1:] == ()  # a deterministic actor has no KL to bound
 
 
 def test_a_fallback_version_is_one_whole_version_and_a_later_push_returns_to_int8():
