@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import math
 from functools import partial
 
@@ -192,6 +193,63 @@ def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take
     assert experience.log_prob_error == pytest.approx(0.5, rel=1e-4)
     experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version + 1))
     assert experience.log_prob_error is None  # no step ran the version pushed last
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+
+
+def test_a_recorded_log_prob_beyond_the_bound_warns_once_naming_the_worker(caplog):
+    """Float rounding passes; a worker whose recorded log-probs are 0.05 nats or more off (its
+    int8 kernels saturating, say) is named once, however often it happens again."""
+    torch.manual_seed(0)
+    learner = PPO(DISCRETE, hidden=(16,))
+    experience = rollout_experience(learner)
+    network = experience.actor_policy.network
+    observations = torch.randn(2, 3, DISCRETE.obs_dim)  # [envs, T]: one env in each of workers 0 and 1
+    action, log_prob = (torch.stack(columns, 1) for columns in
+                        zip(*(network.sample_with_log_prob(observations[:, t]) for t in range(3)), strict=True))
+
+    def receive(offset: float, row: int):
+        recorded = log_prob.clone()
+        recorded[row, 1] += offset
+        experience.receive(TensorDict({"observation": observations, "action": action, "log_prob": recorded,
+                                       "worker": torch.tensor([[0] * 3, [1] * 3]),
+                                       "policy_version": torch.zeros(2, 3, dtype=torch.int64),
+                                       "next": {"done": torch.zeros(2, 3, 1, dtype=torch.bool),
+                                                "reward": torch.zeros(2, 3, 1)}}, batch_size=[2, 3]))
+
+    with caplog.at_level(logging.WARNING, logger="actorq.experience.pipeline"):
+        receive(0.04, row=0)
+        assert experience.log_prob_error == pytest.approx(0.04, rel=1e-3) and not warnings_of(caplog)
+        receive(0.5, row=1)
+        receive(0.7, row=0)
+    assert experience.log_prob_error == pytest.approx(0.7, rel=1e-3)
+    [warning] = warnings_of(caplog)
+    assert warning.startswith("actor worker 1 recorded log-probabilities up to 0.5 nats away")
+
+
+def test_a_recorded_output_beyond_the_bound_warns_once_naming_the_worker(caplog):
+    """An output off by less than a percent of the outputs' scale passes; one beyond it names
+    its worker, once."""
+    from actorq.algos.base import Exploration
+    from actorq.algos.td3 import TD3
+
+    torch.manual_seed(0)
+    learner = TD3(CONTINUOUS, Exploration(0.5), actor_hidden=(16,), critic_hidden=(16,))
+    experience = replay_experience(learner, QuantSpec(bits=32))
+    batch = actor_batch(experience.actor_policy, torch.randn(2, 3, 5))
+    batch["worker"][1] = 1
+    scale = float(batch["output"].abs().max())
+    with caplog.at_level(logging.WARNING, logger="actorq.experience.pipeline"):
+        for offset, row in ((0.005, 0), (0.05, 1), (0.5, 0)):
+            off = batch.clone()
+            off["output"][row, 1, 0] += offset * scale
+            experience._output_probe = experience.actor_policy.network.built()._replace(policy_version=torch.tensor(1))
+            experience.receive(off)
+            assert experience.output_error == pytest.approx(offset * scale, rel=1e-3)
+            assert len(warnings_of(caplog)) == (offset > 0.01)
+    assert warnings_of(caplog)[0].startswith("actor worker 1 recorded network outputs up to")
 
 
 def test_a_dynamic_copy_is_measured_at_the_batch_the_actors_run_it_at():
