@@ -53,6 +53,11 @@ class PolicyPush(Callback):
     budget's measurement of the copy at the actors' own precision, also where the push fell
     back (the fallback's copy, fp32 by default, would log a KL of 0).
 
+    A resumed run whose checkpoint was written after a push was due and before it happened (an
+    update interrupted by Ctrl-C or an error, whose learner's weights are newer than the
+    actors' saved version) pushes once when training starts, before the actors' first batch
+    is taken: a lock-step round then runs the learner's policy, as its math assumes.
+
     Args:
         every_n_steps: learner steps between pushes.
         warmup_steps: learner steps before the first scheduled push.
@@ -89,6 +94,14 @@ class PolicyPush(Callback):
 
     def should_update(self, learner_steps: int) -> bool:
         return self.schedule.due(learner_steps)
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or not self.should_update(pl_module.learner_steps):
+            return
+        log.info("the checkpoint's learner made updates after the actors' policy version %d was pushed: "
+                 "pushing its policy before the actors' first batch", trainer.datamodule.policy_version)
+        self.push(trainer.datamodule, pl_module)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:

@@ -254,7 +254,10 @@ class Experience(L.LightningDataModule):
         on, where the copy's fidelity is measured: ``calibration`` and ``held_out``
         observations, none in both (the feed's: the last rollout's and the one before's, or
         one draw from the replay without replacement, split; nothing held out before there is
-        any)."""
+        any). A resumed run's push before any experience arrived calibrates on the set its
+        checkpoint kept."""
+        if not self.feed.has_observations() and self._resumed_observations is not None:
+            return self._resumed_observations[:calibration], None
         return self.feed.calibration_and_held_out(calibration, held_out)
 
     @torch.no_grad()
