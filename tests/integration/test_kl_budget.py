@@ -23,6 +23,8 @@ def test_pushes_over_the_budget_reach_the_workers_at_fp32_and_are_counted(make_c
     assert network.active_quant.describe() == "fp32" and network.payload()["l1_weight"].dtype == torch.float32
     logged = scalars(tmp_path / "tb")
     assert [value for _, value in logged["quant/fallbacks"]] == [1.0, 2.0, 3.0]
+    # the KL each push logs is the int8 copy's that fell back, not the fp32 copy's 0
+    assert min(value for _, value in logged["quant/kl"]) > 0 and summary["fidelity"]["kl"]["pushes"] == 3
     # The workers ran what the learner believes: the log-probs they recorded are the fp32
     # version's, and the rollouts after a fallback push diverge from pi_prox by float rounding
     # only (1e-14 when measured), where the two int8 versions' rollouts do not (1e-8): the

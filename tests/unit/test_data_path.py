@@ -43,8 +43,12 @@ class RecordingPool:
         self.pushed_noise.append(float(policy.noise_scale))
 
 
-def experience_of(learner: DQN | PPO, planned_updates: int = 123, env_name: str = "CartPole-v1") -> Experience:
-    policy = actor_policy(learner, QuantSpec(bits=8, mode="dynamic"), torch.randn(16, learner.spec.obs_dim))
+DYNAMIC_INT8 = QuantSpec(bits=8, mode="dynamic")
+
+
+def experience_of(learner: DQN | PPO, planned_updates: int = 123, env_name: str = "CartPole-v1",
+                  quant: QuantSpec = DYNAMIC_INT8) -> Experience:
+    policy = actor_policy(learner, quant, torch.randn(16, learner.spec.obs_dim))
     feed = (ReplayFeed(partial(make_replay, capacity=1000, prioritized=True), n_step=getattr(learner, "n_step", 1),
                        gamma=learner.gamma, planned_updates=planned_updates)
             if learner.experience_kind == "replay" else RolloutFeed())
@@ -66,7 +70,7 @@ def test_the_experience_starts_from_the_clock_it_was_handed_and_reads_no_learner
     assert pool.started["frames_done"] == 500 and pool.started["seed"] == 7 + 500
     assert float(experience.actor_policy.noise_scale) == learner.noise_scale == 0.75
     learner.frames = 1000  # one place sets the actors' exploration scale: every push refreshes it
-    experience.calibration_observations = lambda count: torch.randn(count, 4)
+    experience.calibration_and_held_out = lambda count, held_out: (torch.randn(count, 4), None)
     pushed = experience.push(learner.behaviour_network)
     assert pool.pushed_noise == [0.5] and pushed.version == experience.policy_version == 1
     assert int(experience.actor_policy.policy_version) == 1  # the version travels with the weights
@@ -98,7 +102,7 @@ def test_a_restored_experience_gives_the_actors_the_whole_version_they_ran_befor
         trained.policy.head.log_std.fill_(-1.5)
     stopped = experience_of(trained, env_name="Pendulum-v1")
     stopped.train_dataloader()
-    stopped.calibration_observations = lambda count: torch.randn(count, CONTINUOUS.obs_dim)
+    stopped.calibration_and_held_out = lambda count, held_out: (torch.randn(count, CONTINUOUS.obs_dim), None)
     for _ in range(2):
         stopped.push(trained.behaviour_network)
 
@@ -115,6 +119,49 @@ def test_a_restored_experience_gives_the_actors_the_whole_version_they_ran_befor
     restored_action, restored_log_prob = after.network.sample_with_log_prob(observations)
     torch.testing.assert_close(restored_action, action, atol=0, rtol=0)
     torch.testing.assert_close(restored_log_prob, log_prob, atol=0, rtol=0)
+
+
+def test_a_run_resumed_from_an_interrupted_update_pushes_the_learners_policy_before_the_first_round():
+    """A checkpoint written after a rollout's updates began and before their push (Ctrl-C, an
+    error) holds a learner newer than the actors' saved version: at the same version number, a
+    lock-step round would run the saved payload, not the policy the learner trains from. The
+    resumed run pushes the learner's policy when training starts; resumed from a checkpoint
+    written after the push, it pushes nothing."""
+    from types import SimpleNamespace
+
+    from actorq.callbacks.push import PolicyPush
+
+    fp32 = QuantSpec(bits=32)  # the actors' copy is then the learner's policy itself
+    stopped_learner = PPO(CONTINUOUS, hidden=(8,))
+    stopped = experience_of(stopped_learner, env_name="Pendulum-v1", quant=fp32)
+    stopped.train_dataloader()
+    stopped.receive(TensorDict({"observation": torch.randn(2, 16, CONTINUOUS.obs_dim),
+                                "next": {"done": torch.zeros(2, 16, 1, dtype=torch.bool)}}, batch_size=[2, 16]))
+    push = PolicyPush(every_n_steps=1)
+    push.push(stopped, stopped_learner)  # version 1, at learner step 0
+    with torch.no_grad():  # the next rollout's updates, interrupted before their push
+        stopped_learner.policy.trunk[0].weight.add_(0.5)
+    stopped_learner.learner_steps = 3
+    observations = torch.randn(16, CONTINUOUS.obs_dim)
+
+    def resumed_at(last_push_step: int):
+        learner = PPO(CONTINUOUS, hidden=(8,))
+        learner.load_state_dict(stopped_learner.state_dict())
+        learner.learner_steps = stopped_learner.learner_steps
+        experience = experience_of(learner, env_name="Pendulum-v1", quant=fp32)
+        experience.load_state_dict(stopped.state_dict())
+        experience.train_dataloader()
+        restored = PolicyPush(every_n_steps=1)
+        restored.load_state_dict({**push.state_dict(), "last_step": last_push_step})
+        restored.on_train_start(SimpleNamespace(sanity_checking=False, datamodule=experience), learner)
+        return experience, learner
+
+    experience, learner = resumed_at(push.last_step)
+    assert experience.policy_version == 2 and experience.actors.pushed_noise  # pushed before any round
+    assert torch.equal(experience.actor_policy.network(observations), learner.behaviour_network(observations))
+    experience, learner = resumed_at(3)  # a checkpoint written after the step's push
+    assert experience.policy_version == 1 and not experience.actors.pushed_noise
+    assert not torch.equal(experience.actor_policy.network(observations), learner.behaviour_network(observations))
 
 
 def stored(observations: torch.Tensor):
@@ -144,8 +191,8 @@ def test_a_checkpoint_keeps_a_calibration_set_of_stored_observations_and_changes
             experience.calibration_observations(8)
     state, after = rand_after(checkpointed.state_dict)
     kept = state[CALIBRATION_OBSERVATIONS]
-    assert kept.shape == (QuantSpec(bits=8).calibration_samples, 4)
-    assert (kept[:, None, :] == observations[None]).all(-1).any(-1).all()  # every row a stored observation
+    assert QuantSpec(bits=8).calibration_samples > 200 and kept.shape == (200, 4)  # all it holds, each once
+    assert torch.equal(kept[kept[:, 0].argsort()], observations)
     assert torch.equal(after, rand_after(lambda: None)[1])  # torch's draws untouched
     assert torch.equal(checkpointed.calibration_observations(8), twin.calibration_observations(8))
 

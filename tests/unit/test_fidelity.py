@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import math
 from functools import partial
 
@@ -128,13 +129,52 @@ def test_a_rollout_fed_push_calibrates_on_the_last_rollout_and_measures_on_the_o
     experience = rollout_experience()
     first, second = torch.arange(30.0).reshape(6, 5), 100 + torch.arange(30.0).reshape(6, 5)
     experience.receive(rollout(first))
-    assert experience.held_out_observations(256) is None  # nothing held out at the first push
+    assert experience.calibration_and_held_out(512, 256)[1] is None  # nothing held out at the first push
     experience.receive(rollout(second))
-    calibration = experience.calibration_observations(512)
+    calibration, held_out = experience.calibration_and_held_out(512, 256)
     assert sorted(calibration[:, 0].tolist()) == sorted(second[:, 0].tolist())  # each step once
-    assert sorted(experience.held_out_observations(256)[:, 0].tolist()) == sorted(first[:, 0].tolist())
-    sample = experience.calibration_observations(4)
+    assert sorted(held_out[:, 0].tolist()) == sorted(first[:, 0].tolist())
+    sample, held_out = experience.calibration_and_held_out(4, 3)
     assert len(sample) == 4 and len(set(sample[:, 0].tolist())) == 4  # without replacement
+    assert len(held_out) == 3 and len(set(held_out[:, 0].tolist())) == 3
+
+
+def replay_fed(stored: int, **replay) -> Experience:
+    """A replay-fed experience whose replay (``make_replay(**replay)``) holds ``stored``
+    CartPole transitions, the i-th with the observation ``[i, 0, 0, 0]``."""
+    from actorq.data.replay import make_replay
+    from actorq.data.replay.factory import transition_template
+    from actorq.envs import make_env
+
+    make_actors = partial(lambda **kwargs: None, num_workers=1, frames_per_batch=6, total_frames=60)
+    experience = Experience(ExperienceSpec("CartPole-v1"), make_actors=make_actors, actor_policy=None,
+                            clock=FrameClock(lambda frames: 0.0),
+                            feed=ReplayFeed(partial(make_replay, capacity=2000, **replay)))
+    experience.feed.setup(0, 1, experience.make_env)
+    transitions = transition_template(make_env("CartPole-v1")).expand(stored).clone()
+    transitions["observation"] = torch.zeros(stored, 4)
+    transitions["observation"][:, 0] = torch.arange(stored, dtype=torch.float32)
+    experience.replay.extend(transitions)
+    return experience
+
+
+def stored_ids(observations: torch.Tensor) -> list[int]:
+    return observations[:, 0].long().tolist()
+
+
+@pytest.mark.parametrize("replay", [{}, {"prioritized": True}, {"shared": True}], ids=["uniform", "prioritized", "shared"])
+def test_a_replay_fed_push_measures_on_observations_it_did_not_calibrate_on(replay):
+    """One draw without replacement, split in two: no stored transition is calibrated on and
+    held out (two independent draws of 512 and 256 out of 1000 share about 40%), none is in
+    either twice, and a replay holding fewer than both gives each its share."""
+    torch.manual_seed(0)
+    calibration, held_out = replay_fed(1000, **replay).calibration_and_held_out(512, 256)
+    calibrated, held = stored_ids(calibration), stored_ids(held_out)
+    assert (len(set(calibrated)), len(set(held))) == (512, 256)
+    assert not set(calibrated) & set(held)
+    calibration, held_out = replay_fed(10, **replay).calibration_and_held_out(512, 256)
+    assert (len(calibration), len(held_out)) == (7, 3)
+    assert sorted(stored_ids(calibration) + stored_ids(held_out)) == list(range(10))
 
 
 def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take():
@@ -153,6 +193,63 @@ def test_the_recorded_log_prob_check_finds_steps_the_pushed_version_did_not_take
     assert experience.log_prob_error == pytest.approx(0.5, rel=1e-4)
     experience.receive(rollout(observations, action=action, log_prob=off, policy_version=version + 1))
     assert experience.log_prob_error is None  # no step ran the version pushed last
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+
+
+def test_a_recorded_log_prob_beyond_the_bound_warns_once_naming_the_worker(caplog):
+    """Float rounding passes; a worker whose recorded log-probs are 0.05 nats or more off (its
+    int8 kernels saturating, say) is named once, however often it happens again."""
+    torch.manual_seed(0)
+    learner = PPO(DISCRETE, hidden=(16,))
+    experience = rollout_experience(learner)
+    network = experience.actor_policy.network
+    observations = torch.randn(2, 3, DISCRETE.obs_dim)  # [envs, T]: one env in each of workers 0 and 1
+    action, log_prob = (torch.stack(columns, 1) for columns in
+                        zip(*(network.sample_with_log_prob(observations[:, t]) for t in range(3)), strict=True))
+
+    def receive(offset: float, row: int):
+        recorded = log_prob.clone()
+        recorded[row, 1] += offset
+        experience.receive(TensorDict({"observation": observations, "action": action, "log_prob": recorded,
+                                       "worker": torch.tensor([[0] * 3, [1] * 3]),
+                                       "policy_version": torch.zeros(2, 3, dtype=torch.int64),
+                                       "next": {"done": torch.zeros(2, 3, 1, dtype=torch.bool),
+                                                "reward": torch.zeros(2, 3, 1)}}, batch_size=[2, 3]))
+
+    with caplog.at_level(logging.WARNING, logger="actorq.experience.pipeline"):
+        receive(0.04, row=0)
+        assert experience.log_prob_error == pytest.approx(0.04, rel=1e-3) and not warnings_of(caplog)
+        receive(0.5, row=1)
+        receive(0.7, row=0)
+    assert experience.log_prob_error == pytest.approx(0.7, rel=1e-3)
+    [warning] = warnings_of(caplog)
+    assert warning.startswith("actor worker 1 recorded log-probabilities up to 0.5 nats away")
+
+
+def test_a_recorded_output_beyond_the_bound_warns_once_naming_the_worker(caplog):
+    """An output off by less than a percent of the outputs' scale passes; one beyond it names
+    its worker, once."""
+    from actorq.algos.base import Exploration
+    from actorq.algos.td3 import TD3
+
+    torch.manual_seed(0)
+    learner = TD3(CONTINUOUS, Exploration(0.5), actor_hidden=(16,), critic_hidden=(16,))
+    experience = replay_experience(learner, QuantSpec(bits=32))
+    batch = actor_batch(experience.actor_policy, torch.randn(2, 3, 5))
+    batch["worker"][1] = 1
+    scale = float(batch["output"].abs().max())
+    with caplog.at_level(logging.WARNING, logger="actorq.experience.pipeline"):
+        for offset, row in ((0.005, 0), (0.05, 1), (0.5, 0)):
+            off = batch.clone()
+            off["output"][row, 1, 0] += offset * scale
+            experience._output_probe = experience.actor_policy.network.built()._replace(policy_version=torch.tensor(1))
+            experience.receive(off)
+            assert experience.output_error == pytest.approx(offset * scale, rel=1e-3)
+            assert len(warnings_of(caplog)) == (offset > 0.01)
+    assert warnings_of(caplog)[0].startswith("actor worker 1 recorded network outputs up to")
 
 
 def test_a_dynamic_copy_is_measured_at_the_batch_the_actors_run_it_at():
@@ -308,7 +405,7 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
     int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
     measured = budget_experience(int8, learner)
     kl_int8 = measured._copy_divergence(learner.behaviour_network, 0, measured.actor_policy.network.payload(0),
-                                        measured.held_out_observations(256))["quant/kl"]
+                                        measured.calibration_and_held_out(512, 256)[1])["quant/kl"]
     assert kl_int8 > 0
     fp32_actors = budget_experience(QuantSpec(bits=32), learner).push(learner.behaviour_network)
     for max_kl, rung, describe in ((kl_int8 * 2, 0, "int8 dynamic per_channel fp32-ends"),
@@ -326,9 +423,10 @@ def test_a_push_over_the_kl_budget_goes_out_at_the_first_fallback_that_meets_it(
     assert (fp32_actors.rung, fp32_actors.budget_kl) == (0, None)  # nothing above fp32: nothing measured
 
 
-def test_a_push_logs_the_divergence_of_the_copy_the_actors_run_measuring_it_once(monkeypatch):
-    """The push logs the budget's measurement of the actors' own precision rather than measuring
-    it again; after a fallback it measures the fallback's copy, which the actors run instead."""
+def test_a_push_logs_the_kl_of_the_actors_own_precision_measured_once_also_after_a_fallback(monkeypatch):
+    """The push logs the budget's measurement of the int8 copy rather than measuring it again;
+    after a fallback too, so neither its ``quant/kl`` nor the summary's mean turns into the fp32
+    copy's 0, while the payload metrics are the copy's that went out."""
     import actorq.quant.fidelity as fidelity
 
     measured_again = []
@@ -337,16 +435,20 @@ def test_a_push_logs_the_divergence_of_the_copy_the_actors_run_measuring_it_once
     torch.manual_seed(0)
     learner = PPO(CONTINUOUS, hidden=(64, 64), log_std_init=-3.0)
     int8 = QuantSpec(bits=8, mode="dynamic", fallback_bits=(16, 32))
-    for max_kl, rung, again in ((1.0, 0, 0), (1e-30, 2, 1)):
-        measured_again.clear()
+    logged, summaries = {}, {}
+    for max_kl, rung in ((1.0, 0), (1e-30, 2)):
         experience = budget_experience(dataclasses.replace(int8, max_kl=max_kl), learner)
-        metrics = PolicyPush().push(experience, learner)
+        push = PolicyPush()
+        logged[rung] = push.push(experience, learner)
+        summaries[rung] = push.summary_fields()["fidelity"]
         actors = experience.actor_policy.network
-        assert actors.rungs.index(actors.active_quant) == rung and len(measured_again) == again
-        fresh = measure(learner.behaviour_network, actors, experience.held_out_observations(256), CONTINUOUS,
-                        experience.actor_batch)
-        assert fresh["quant/kl"] > 0 if rung == 0 else fresh["quant/kl"] == 0
-        assert {name: metrics[name] for name in fresh} == pytest.approx(fresh, rel=1e-6, abs=1e-12)
+        assert actors.rungs.index(actors.active_quant) == rung and not measured_again
+    own = logged[0]["quant/kl"]  # the int8 copy's on the same held-out rollout
+    assert own > 0 and logged[2]["quant/fallback"] == 1.0
+    assert {name: logged[2][name] for name in ("quant/kl", "quant/kl_max")} == pytest.approx(
+        {name: logged[0][name] for name in ("quant/kl", "quant/kl_max")}, rel=1e-6)
+    assert summaries[2]["kl"]["mean"] == pytest.approx(own, rel=1e-6)
+    assert logged[0]["quant/compression"] < 1 == logged[2]["quant/compression"]  # the fp32 copy went out
 
 
 def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():
@@ -355,9 +457,15 @@ def test_without_a_budget_or_a_kl_nothing_is_measured_and_nothing_falls_back():
     experience = budget_experience(QuantSpec(bits=8, max_kl=None), learner)
     pushed = experience.push(learner.behaviour_network)
     assert (pushed.rung, pushed.budget_kl, experience.actor_policy.network.rungs[1:]) == (0, None, ())
-    deterministic = DeterministicActor(CONTINUOUS, (32,))
-    copy_ = QuantizedNetwork.template_for(deterministic, QuantSpec(bits=8))
-    assert copy_.rungs[1:] == ()  # built without fallbacks: a deterministic actor has no KL to bound
+    from actorq.algos.base import Exploration
+    from actorq.algos.td3 import TD3
+
+    budgeted = QuantSpec(bits=8)  # quant.max_kl's default budget, falling back to fp32
+    stochastic = actor_policy(learner, budgeted, torch.randn(8, CONTINUOUS.obs_dim)).network
+    assert [spec.describe() for spec in stochastic.rungs[1:]] == ["fp32"]
+    td3 = TD3(CONTINUOUS, Exploration(0.5), actor_hidden=(32,), critic_hidden=(32,))
+    deterministic = actor_policy(td3, budgeted, torch.randn(8, CONTINUOUS.obs_dim)).network
+    assert deterministic.rungs[1:] == ()  # a deterministic actor has no KL to bound
 
 
 def test_a_fallback_version_is_one_whole_version_and_a_later_push_returns_to_int8():

@@ -46,3 +46,16 @@ def test_errors():
         UniformReplay(capacity=0)
     with pytest.raises(RuntimeError, match="empty"):
         UniformReplay(capacity=3).sample(1)
+
+
+@pytest.mark.parametrize("stored", [1000, 20_000], ids=["a large share", "a small share"])
+def test_observations_are_drawn_uniformly_without_replacement(stored):
+    """Each stored transition at most once, all of them as likely: 768 of 20k by distinct
+    values of uniform draws, 768 of 1000 by a permutation."""
+    buffer = UniformReplay(capacity=stored)
+    buffer.extend(rows(0, stored))
+    drawn = buffer.observations(768)[:, 0]
+    assert len(drawn.unique()) == 768
+    assert abs(float(drawn.mean()) - (stored - 1) / 2) < 0.06 * stored  # ~6 standard errors either side
+    every = buffer.observations(stored + 10)[:, 0]  # more than it holds: every one, once
+    assert torch.equal(every.sort().values, torch.arange(float(stored)))

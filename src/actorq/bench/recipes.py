@@ -58,12 +58,12 @@ def trained(experiment: str, seed: int, run_dir: Path, extra: Sequence[str]) -> 
 
     summary, objects = train(cfg)
     learner, replay = objects["learner"], objects["experience"].replay
-    calibration_samples = QuantSpec(bits=8).calibration_samples
+    calibration, observations = replay.observation_sets(QuantSpec(bits=8).calibration_samples, ERROR_SAMPLES)
     result = {
         "algo": OmegaConf.to_container(cfg.algo, resolve=True),
         "learner_state": {name: tensor.cpu() for name, tensor in learner.state_dict().items()},
-        "calibration": replay.observations(calibration_samples).clone(),
-        "observations": replay.observations(ERROR_SAMPLES).clone(),
+        "calibration": calibration.clone(),  # the error is measured on observations not calibrated on
+        "observations": observations.clone(),
         "env": cfg.env.name, "library": cfg.env.get("library"), "seed": seed,
         "discrete": learner.spec.discrete, "final_return": summary["final_return"],
     }

@@ -4,12 +4,12 @@ The callback decides when: every ``every_n_steps`` learner steps it checks that 
 behaviour network is finite and hands it to the experience pipeline
 (``trainer.datamodule.push``), which owns the rest: the actors' precision
 (``trainer.datamodule.quant``; fp32 too, so fp32 and int8 actors see weights on the same
-schedule), calibration (observations drawn uniformly from the replay without touching the
-learner's sampling state, or the last rollout's), encoding, and the push to every worker
-as the next policy version. The fidelity metrics (the actors' copy against the learner's
-policy, in the policy's own terms, on held-out recent observations: the rollout before the
-last, or a second draw from the replay) run the decoded copy again, so they are measured on
-every ``fidelity_every_n_pushes``-th push only.
+schedule), calibration (observations drawn uniformly from the replay without replacement
+and without touching the learner's sampling state, or the last rollout's), encoding, and the
+push to every worker as the next policy version. The fidelity metrics (the actors' copy
+against the learner's policy, in the policy's own terms, on held-out recent observations: the
+rollout before the last, or the rest of the replay's draw, none calibrated on) run the decoded
+copy again, so they are measured on every ``fidelity_every_n_pushes``-th push only.
 
 Example:
     >>> push = PolicyPush(every_n_steps=100, warmup_steps=50)
@@ -49,7 +49,14 @@ class PolicyPush(Callback):
     :func:`actorq.quant.fidelity_metrics` (``quant/kl``, ``quant/action_error``, ...) on
     held-out recent observations. Where the divergence budget measured a push
     (``quant.max_kl``), ``quant/fallback`` (1 when it went out at a fallback precision) and
-    ``quant/fallbacks`` (how many did).
+    ``quant/fallbacks`` (how many did); its ``quant/kl`` and ``quant/kl_max`` are then the
+    budget's measurement of the copy at the actors' own precision, also where the push fell
+    back (the fallback's copy, fp32 by default, would log a KL of 0).
+
+    A resumed run whose checkpoint was written after a push was due and before it happened (an
+    update interrupted by Ctrl-C or an error, whose learner's weights are newer than the
+    actors' saved version) pushes once when training starts, before the actors' first batch
+    is taken: a lock-step round then runs the learner's policy, as its math assumes.
 
     Args:
         every_n_steps: learner steps between pushes.
@@ -89,6 +96,14 @@ class PolicyPush(Callback):
         return self.schedule.due(learner_steps)
 
     @override
+    def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or not self.should_update(pl_module.learner_steps):
+            return
+        log.info("the checkpoint's learner made updates after the actors' policy version %d was pushed: "
+                 "pushing its policy before the actors' first batch", trainer.datamodule.policy_version)
+        self.push(trainer.datamodule, pl_module)
+
+    @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.sanity_checking or not self.should_update(pl_module.learner_steps):
             return
@@ -123,7 +138,7 @@ class PolicyPush(Callback):
         if pushed.held_out is not None and (self.pushes - 1) % self.fidelity_every_n_pushes == 0:
             started = time.perf_counter()
             metrics.update(fidelity_metrics(network, pushed.actor_network, pushed.held_out, learner.spec,
-                                            experience.actor_batch, pushed.measured_divergence))
+                                            experience.actor_batch, pushed.budget_divergence))
             metrics["quant/fidelity_ms"] = 1000 * (time.perf_counter() - started)
         self.fidelity.add(metrics)
         if learner.logger is not None:  # once per push, at the push's frame count

@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,8 @@ from actorq.experience.rollout_feed import RolloutFeed
 # (``frames_done``, from the run's frame clock), not from a saved iterator position, which Lightning cannot know.
 warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 
+log = logging.getLogger(__name__)
+
 HELD_OUT_OBSERVATIONS = 256
 """Observations each push measures its copy's fidelity on."""
 
@@ -72,6 +75,16 @@ LOG_PROB_CHECK_STEPS = 64
 OUTPUT_CHECK_STEPS = 8
 """Time steps of each actor batch whose recorded network output is recomputed (every env of
 the worker at each)."""
+
+LOG_PROB_ERROR_BOUND = 0.05
+"""Nats of ``|log mu_recorded - log mu|`` above which a worker is warned of: every importance
+ratio of such a step is off by 5% or more, a quarter of PPO's clip range, far beyond float
+rounding, which is all that separates the two when the actors ran the version they recorded."""
+
+OUTPUT_ERROR_BOUND = 0.01
+"""Share of the recorded outputs' scale (their largest magnitude at the checked steps) above
+which a worker's ``abs(recorded - recomputed)`` output is warned of: an action or Q-values off
+by a percent, where running the version it is labelled with gives the same bits."""
 
 if TYPE_CHECKING:
     from actorq.actors.pool import ActorPool
@@ -164,6 +177,7 @@ class Experience(L.LightningDataModule):
         self._output_probe: BuiltVersion | None = None  # a pushed version whose recorded output is checked next
         self._resumed_observations: torch.Tensor | None = None
         self._probes: dict[int, QuantizedNetwork] = {}  # precision -> the budget's private copy
+        self._warned: set[str] = set()  # the recorded checks that warned already
 
     @property
     def kind(self) -> str:
@@ -235,13 +249,19 @@ class Experience(L.LightningDataModule):
 
     def calibration_observations(self, count: int) -> torch.Tensor:
         """``count`` observations a push calibrates a static int8 policy on: drawn uniformly
-        from the replay, or the last rollout's (the feed's)."""
+        from the replay without replacement, or the last rollout's (the feed's)."""
         return self.feed.calibration_observations(count)
 
-    def held_out_observations(self, count: int) -> torch.Tensor | None:
-        """Recent observations the next push does not calibrate on, where the fidelity of
-        its copy is measured (the feed's; ``None`` before there are any)."""
-        return self.feed.held_out_observations(count)
+    def calibration_and_held_out(self, calibration: int, held_out: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What a push calibrates its copy on, and recent observations it does not calibrate
+        on, where the copy's fidelity is measured: ``calibration`` and ``held_out``
+        observations, none in both (the feed's: the last rollout's and the one before's, or
+        one draw from the replay without replacement, split; nothing held out before there is
+        any). A resumed run's push before any experience arrived calibrates on the set its
+        checkpoint kept."""
+        if not self.feed.has_observations() and self._resumed_observations is not None:
+            return self._resumed_observations[:calibration], None
+        return self.feed.calibration_and_held_out(calibration, held_out)
 
     @torch.no_grad()
     def _check_recorded_log_prob(self, rollout: TensorDictBase) -> float | None:
@@ -250,7 +270,8 @@ class Experience(L.LightningDataModule):
         that version, each step in the batch the actors ran it in (one worker's envs at one time
         step: a dynamic int8 copy's ranges are its batch's): the actors ran what the learner
         believes they ran when it is float rounding (``None`` when the rollout records no
-        log-prob or no step ran that version)."""
+        log-prob or no step ran that version). Above :data:`LOG_PROB_ERROR_BOUND` it warns,
+        once a run, naming the worker."""
         if "log_prob" not in rollout.keys() or self.actor_policy is None:
             return None
         rollout = rollout if rollout.ndim == 2 else rollout.unsqueeze(0)  # [rows, T]
@@ -267,8 +288,15 @@ class Experience(L.LightningDataModule):
             step = rollout[rows, t]
             log_prob = network.head.log_prob(network.features(step["observation"]), step["action"])
             index = int((rows == row).nonzero())
-            errors.append(float((log_prob[index] - step["log_prob"][index].reshape(())).abs()))
-        return max(errors)
+            errors.append((float((log_prob[index] - step["log_prob"][index].reshape(())).abs()), row))
+        error, row = max(errors)
+        if error > LOG_PROB_ERROR_BOUND:
+            self._warn_once("log_prob", "actor worker %d recorded log-probabilities up to %.3g nats away from those "
+                            "the learner's copy of policy version %d gives for its actions (bound %g): it did not "
+                            "run what the learner believes it ran (its CPU's int8 kernels saturating?); "
+                            "quant/log_prob_error follows it, this warning is not repeated",
+                            _worker_of(rollout, row), error, self.policy_version, LOG_PROB_ERROR_BOUND)
+        return error
 
     @torch.no_grad()
     def _check_recorded_output(self, batch: TensorDictBase) -> None:
@@ -277,7 +305,9 @@ class Experience(L.LightningDataModule):
         ``abs(recorded - recomputed)`` of the actors' network output (a deterministic action,
         Q-values) over a sample of its time steps that ran that version, recomputed with the
         probe (the main process's copy of it), all of a worker's envs at a time step
-        together, as the actors ran them. A probe older than every step of a batch is dropped."""
+        together, as the actors ran them. A probe older than every step of a batch is dropped.
+        Above :data:`OUTPUT_ERROR_BOUND` of the outputs' scale it warns, once a run, naming the
+        worker."""
         probe = self._output_probe
         if "output" not in batch.keys():
             return
@@ -289,17 +319,32 @@ class Experience(L.LightningDataModule):
                 self._output_probe = None
             return
         worker = _actor_batch_of_rows(steps)
-        errors = []
+        errors, scale = [], 0.0
         for row, t in _one_row_per_worker_step(ran, worker)[:OUTPUT_CHECK_STEPS]:
             rows = (worker == worker[row]).nonzero().squeeze(-1)  # the actors' batch of this step
             step, mine = steps[rows, t], ran[rows, t]
-            errors.append(float((probe.output(step["observation"]) - step["output"])[mine].abs().max()))
-        self.output_error, self._output_probe = max(errors), None
+            errors.append((float((probe.output(step["observation"]) - step["output"])[mine].abs().max()), row))
+            scale = max(scale, float(step["output"][mine].abs().max()))
+        (error, row), self._output_probe = max(errors), None
+        self.output_error = error
+        if error > OUTPUT_ERROR_BOUND * scale:
+            self._warn_once("output", "actor worker %d recorded network outputs up to %.3g away from those the "
+                            "learner's copy of policy version %d computes, %.2g of their scale (bound %g): it did "
+                            "not run what the learner believes it ran (its CPU's int8 kernels saturating?); "
+                            "quant/output_error follows it, this warning is not repeated",
+                            _worker_of(steps, row), error, int(probe.policy_version), error / max(scale, 1e-30),
+                            OUTPUT_ERROR_BOUND)
+
+    def _warn_once(self, kind: str, message: str, *args) -> None:
+        """Logs ``message`` as a warning unless one of ``kind`` was logged already this run."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(message, *args)
 
     def push(self, network: nn.Module) -> Pushed:
         """Encodes the learner's policy ``network`` (fp32, on the CPU) at the actors' precision,
-        calibrated on :meth:`calibration_observations`, and pushes it to every actor as the
-        next policy version, at the exploration scale where the run stands.
+        calibrated on the calibration set of :meth:`calibration_and_held_out`, and pushes it to
+        every actor as the next policy version, at the exploration scale where the run stands.
 
         The payload is loaded into the actors' policy in place (its buffers are what the push
         copies to the workers); the head's own state (a learned log-std) and the observation
@@ -309,8 +354,8 @@ class Experience(L.LightningDataModule):
         measured on the held-out observations first, and a copy over the budget goes out at
         the first fallback precision that meets it (:meth:`_within_budget`).
         """
-        observations = self.calibration_observations(self.quant.calibration_samples)
-        held_out = self.held_out_observations(HELD_OUT_OBSERVATIONS)
+        observations, held_out = self.calibration_and_held_out(self.quant.calibration_samples,
+                                                               HELD_OUT_OBSERVATIONS)
         rung, payload, divergence = self._within_budget(network, observations, held_out)
         actor_network = self.actor_policy.network
         self.policy_version += 1
@@ -473,12 +518,6 @@ class Pushed:
         """The budget's ``KL(mu || pi)`` of the actors' own precision (``None``: not measured)."""
         return None if self.budget_divergence is None else self.budget_divergence["quant/kl"]
 
-    @property
-    def measured_divergence(self) -> dict[str, float] | None:
-        """The divergence of the copy the actors run now, where the budget measured it: its
-        own precision's, which they run unless the push fell back."""
-        return self.budget_divergence if self.rung == 0 else None
-
 
 def _normalizer_state(network: nn.Module, copy: QuantizedNetwork) -> dict[str, torch.Tensor] | None:
     """The observation statistics of the learner's ``network`` for its ``copy`` (``None``
@@ -499,6 +538,11 @@ def _actor_batch_of_rows(steps: TensorDictBase) -> torch.Tensor:
     if "segment" in steps.keys():  # a gathered round: a worker's batches apart
         worker = worker * steps.shape[0] + steps["segment"][:, 0]
     return worker
+
+
+def _worker_of(steps: TensorDictBase, row: int) -> int:
+    """The actor worker that recorded ``row`` of ``steps`` ``[rows, T]`` (0 where none is recorded)."""
+    return int(steps["worker"][row, 0]) if "worker" in steps.keys() else 0
 
 
 def _one_row_per_worker_step(ran: torch.Tensor, worker: torch.Tensor) -> list[tuple[int, int]]:

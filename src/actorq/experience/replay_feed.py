@@ -87,13 +87,17 @@ class ReplayFeed:
         return arrivals
 
     def calibration_observations(self, count: int) -> torch.Tensor:
-        """``count`` observations drawn uniformly from the replay, leaving the learner's
-        sampling state as it was."""
+        """``count`` observations drawn uniformly from the replay without replacement, leaving
+        the learner's sampling state as it was."""
         return self.replay.observations(count)
 
-    def held_out_observations(self, count: int) -> torch.Tensor | None:
-        """A second, independent draw from the replay (``None`` while it is empty)."""
-        return self.replay.observations(count) if len(self.replay) else None
+    def calibration_and_held_out(self, calibration: int, held_out: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``calibration`` and ``held_out`` observations cut from one draw without replacement
+        (:meth:`~actorq.data.replay.base.ReplayBuffer.observation_sets`), so that none is in
+        both; a replay holding fewer gives each its share (``None`` held out when that is
+        nothing)."""
+        observations, held = self.replay.observation_sets(calibration, held_out)
+        return observations, (held if len(held) else None)
 
     def has_observations(self) -> bool:
         return self.replay is not None and len(self.replay) > 0

@@ -46,11 +46,12 @@ class RolloutFeed:
         when it has ``count`` steps or fewer, so its extremes are in the calibrated ranges)."""
         return _without_replacement(_flat_observations(self.last), count)
 
-    def held_out_observations(self, count: int) -> torch.Tensor | None:
-        """The rollout before the last one's (``None`` before there is one)."""
-        if self.previous is None:
-            return None
-        return _without_replacement(_flat_observations(self.previous), count)
+    def calibration_and_held_out(self, calibration: int, held_out: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`calibration_observations`, and ``held_out`` of the rollout before the last
+        one's, each at most once (``None`` before there is one)."""
+        observations = self.calibration_observations(calibration)
+        held = None if self.previous is None else _without_replacement(_flat_observations(self.previous), held_out)
+        return observations, held
 
     def has_observations(self) -> bool:
         return self.last is not None

@@ -159,8 +159,10 @@ def fidelity_metrics(
         observations: held-out observations, not the ones the copy was calibrated on.
         spec: the env spec.
         batch_size: the batch the actors run ``quantized`` at (see :func:`policy_divergence`).
-        divergence: :func:`policy_divergence`'s terms of this copy on these observations,
-            where they were measured already (the divergence budget's); else measured here.
+        divergence: :func:`policy_divergence`'s terms to log, where they were measured
+            already on these observations: the divergence budget's, of the copy at the actors'
+            own precision, which ``quantized`` is unless the push fell back; else those of
+            ``quantized``, measured here.
 
     Returns:
         :func:`policy_divergence`'s terms, ``quant/weight_error``, ``quant/payload_bytes``,

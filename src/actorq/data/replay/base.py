@@ -63,15 +63,23 @@ class ReplayBuffer(ABC):
         return len(self) if self.save_contents else 0
 
     def observations(self, count: int) -> torch.Tensor:
-        """``count`` stored observations drawn uniformly, leaving the sampling state (the
-        generator, a prioritized buffer's beta) untouched: for calibrating quantization."""
+        """``count`` stored observations drawn uniformly without replacement (every one when the
+        replay holds ``count`` or fewer), leaving the sampling state (the generator, a
+        prioritized buffer's beta) untouched: for calibrating quantization."""
         size = len(self)
         if size == 0:
             raise RuntimeError("cannot draw observations from an empty replay buffer")
         if getattr(self, "_peek_generator", None) is None:
             self._peek_generator = torch.Generator().manual_seed(size)
-        indices = torch.randint(size, (count,), generator=self._peek_generator)
+        indices = distinct_indices(size, min(count, size), self._peek_generator)
         return self.storage.read(indices)["observation"]
+
+    def observation_sets(self, *counts: int) -> tuple[torch.Tensor, ...]:
+        """Sets of ``counts[i]`` stored observations, cut from one draw of :meth:`observations`
+        (without replacement here, so no stored transition is in two sets); where the replay
+        holds fewer than their sum, each set gets its share of what it holds (:func:`shares`)."""
+        sizes = shares(counts, len(self))
+        return self.observations(sum(sizes)).split(sizes)
 
     @contextlib.contextmanager
     def observation_draws_kept(self) -> Iterator[None]:
@@ -92,3 +100,31 @@ class ReplayBuffer(ABC):
 
     def load_state_dict(self, state: dict) -> None:  # noqa: B027
         pass
+
+
+def distinct_indices(size: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    """``count`` distinct integers of ``range(size)`` (``count <= size``), every such set as
+    likely: a permutation where they are a large share of ``size``, else distinct values of
+    uniform draws, at a cost that grows with ``count``, not ``size``."""
+    if 4 * count >= size:
+        return torch.randperm(size, generator=generator)[:count]
+    while True:
+        distinct = torch.unique(torch.randint(size, (2 * count,), generator=generator))
+        if len(distinct) >= count:
+            return distinct[torch.randperm(len(distinct), generator=generator)[:count]]
+
+
+def shares(counts: tuple[int, ...], size: int) -> list[int]:
+    """``counts`` as they are where they add up to ``size`` or less, else each cut to its share
+    of ``size`` (the first takes what rounding leaves).
+
+    Example:
+        >>> shares((512, 256), 1000), shares((512, 256), 10)
+        ([512, 256], [7, 3])
+    """
+    total = sum(counts)
+    if total <= size:
+        return list(counts)
+    cut = [count * size // total for count in counts]
+    cut[0] += size - sum(cut)
+    return cut
