@@ -273,3 +273,30 @@ def test_a_worker_of_one_env_hands_over_batches_of_its_steps_alone():
         replay.extend(batch[0])  # [T]: a lean env of one env has no env dimension
         steps += rows[0]
     assert_transitions_are(replay, 0, steps[:-1])
+
+
+def test_observations_for_calibration_are_drawn_without_replacement():
+    """Each env's frames numbered apart (env 0: 1-40, env 1: 101-140), so a stack's newest frame
+    names its transition: a draw never repeats one, and asking for more than the replay holds
+    gives each stored one once (the push cuts its calibration and held-out sets from one draw)."""
+    frames = torch.stack([torch.arange(1, 42), torch.arange(101, 142)]).to(torch.uint8)  # [envs, steps + 1]
+
+    def stacks(t):  # what the env shows at step t: the last 4 frames, zeros before the first
+        out = torch.zeros(2, 4, 1, dtype=torch.uint8)
+        for k in range(4):
+            if t - 3 + k >= 0:
+                out[:, k, 0] = frames[:, t - 3 + k]
+        return out
+
+    no = torch.zeros(2, 40, 1, dtype=torch.bool)
+    replay = FrameReplay(capacity=2 * 64, envs=2, frame_shape=(1,))
+    replay.extend(TensorDict({"observation": torch.stack([stacks(t) for t in range(40)], 1),
+                              "action": torch.zeros(2, 40, dtype=torch.int64),
+                              "next": {"observation": torch.stack([stacks(t + 1) for t in range(40)], 1),
+                                       "reward": torch.zeros(2, 40, 1), "terminated": no, "done": no}},
+                             batch_size=[2, 40]))
+    assert len(replay) == 78  # each env's last step waits for its next frame
+    for count in (30, 60, 78):
+        newest = replay.observations(count)[:, -1, 0].tolist()
+        assert len(newest) == len(set(newest)) == count
+    assert sorted(replay.observations(500)[:, -1, 0].tolist()) == [*range(1, 40), *range(101, 140)]

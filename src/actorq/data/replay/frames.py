@@ -234,12 +234,22 @@ class FrameReplay(ReplayBuffer):
         return Sample(self.transitions(env, slot), indices, torch.ones(batch_size))
 
     def observations(self, count: int) -> torch.Tensor:
-        """``count`` stored observations drawn uniformly, the sampling generator untouched
-        (for calibrating the actors' int8 copy)."""
+        """``count`` stored observations drawn uniformly without replacement (every one when the
+        replay holds ``count`` or fewer), the sampling generator untouched (for calibrating the
+        actors' int8 copy, and the held-out set beside it)."""
         if getattr(self, "_peek_generator", None) is None:
             self._peek_generator = torch.Generator().manual_seed(len(self))
-        seed = int(torch.randint(2**31, (1,), generator=self._peek_generator))
-        return self.transitions(*self.draw(count, np.random.default_rng(seed)))["observation"]
+        rng = np.random.default_rng(int(torch.randint(2**31, (1,), generator=self._peek_generator)))
+        if count >= len(self):
+            starts = self.starts()
+            env = np.concatenate([np.full(len(slots), index) for index, slots in enumerate(starts)])
+            return self.transitions(env, np.concatenate(starts))["observation"]
+        drawn: dict[tuple[int, int], None] = {}
+        while len(drawn) < count:  # a few draws again, at most: count is far below the replay's size
+            env, slot = self.draw(count - len(drawn), rng)
+            drawn.update(dict.fromkeys(zip(env.tolist(), slot.tolist())))
+        env, slot = (np.array(values) for values in zip(*drawn))
+        return self.transitions(env, slot)["observation"]
 
     def state_dict(self) -> dict:
         """The sampling generator's state (the frames are not kept across a checkpoint)."""
