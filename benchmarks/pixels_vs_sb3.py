@@ -123,19 +123,11 @@ def run_sb3(game: str, frames: int, seed: int) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from benchmarks.results import SUITE
-    from benchmarks.results_peer import make_on_policy_model
+    from benchmarks.results_peer import make_on_policy_model, time_train
 
     task = dataclasses.replace(SUITE["ppo_breakout"], env_id=GAMES[game], atari_game=game)
     model = make_on_policy_model(task, seed, dict(task.peer_kwargs))
-    learning = {"seconds": 0.0}
-    train = model.train
-
-    def timed_train(*args, **kwargs):
-        started = time.perf_counter()
-        train(*args, **kwargs)
-        learning["seconds"] += time.perf_counter() - started
-
-    model.train = timed_train
+    learning = time_train(model)
     points = []
 
     class UpdateEnds(BaseCallback):

@@ -180,10 +180,8 @@ class linear_schedule:  # noqa: N801 - an SB3 schedule is a callable of the prog
         return self.start * progress_remaining
 
 
-def run_peer(task, seed: int, budget) -> dict:
-    """One SB3 run; updates/s counts the time inside ``train()`` alone, as ours counts the
-    learner's time alone."""
-    model = make_model(task, seed, budget)
+def time_train(model) -> dict[str, float]:
+    """Counts the seconds ``model``'s ``train()`` takes (its updates), from now on, in the dict returned."""
     learning = {"seconds": 0.0}
     train = model.train
 
@@ -193,6 +191,14 @@ def run_peer(task, seed: int, budget) -> dict:
         learning["seconds"] += time.perf_counter() - started
 
     model.train = timed_train
+    return learning
+
+
+def run_peer(task, seed: int, budget) -> dict:
+    """One SB3 run; updates/s counts the time inside ``train()`` alone, as ours counts the
+    learner's time alone."""
+    model = make_model(task, seed, budget)
+    learning = time_train(model)
     evaluation = ScheduledEvaluation(task.env_id, budget.eval_every, budget.eval_episodes, seed,
                                      task.eval_deterministic, task.atari_game)
     model.learn(total_timesteps=budget.frames, callback=evaluation)

@@ -606,3 +606,10 @@ def test_a_minibatch_in_micro_batches_makes_the_same_update_as_the_whole_minibat
     for mine, theirs in zip(parts.parameters(), whole.parameters(), strict=True):
         assert torch.allclose(mine, theirs, atol=1e-6)
     assert parts.learner_steps == whole.learner_steps == 2
+
+
+def test_the_pixel_learner_bench_computes_values_in_the_learners_chunks():
+    from actorq.algos.ppo import VALUE_CHUNK
+    from actorq.bench import pixel_learner
+
+    assert pixel_learner.VALUE_CHUNK == VALUE_CHUNK  # a copy: the bench's loop runs where only torch is

@@ -8,7 +8,8 @@ bf16] [--layouts default channels-last] [--rollouts 3] [--threads N] [--check-le
 One rollout is ``ppo_breakout``'s: 8 envs x 128 steps of uint8 frames ``[4, 84, 84]``, trained
 on for 4 epochs of 4 minibatches of 256. Timed per rollout, as the learner spends it: the
 frames copied to the device, the pass that computes ``pi_prox``'s log-probabilities and the
-values of every frame and the next, and the 16 updates (forward, the clipped surrogate, value
+value of every frame (and of the next frame only at each env's last step, as the learner does),
+and the 16 updates (forward, the clipped surrogate, value
 and entropy losses, backward, gradient-norm clip, Adam). The networks are actorq's
 (:func:`actorq.algos.ppo.pixel_actor_critic`'s trunk and heads); the update is
 :func:`ppo_update`, the arithmetic of :meth:`actorq.algos.ppo.PPO._loss` without the learner's
@@ -41,6 +42,7 @@ from actorq.util.memory_format import set_channels_last
 FRAME_SHAPE = (4, 84, 84)
 ENVS, STEPS, EPOCHS, MINIBATCHES, ACTIONS = 8, 128, 4, 4, 4
 CLIP, VALUE_COEF, ENTROPY_COEF, MAX_GRAD_NORM, LR = 0.1, 0.5, 0.01, 0.5, 2.5e-4
+VALUE_CHUNK = 64  # actorq.algos.ppo.VALUE_CHUNK, not imported: this loop runs where only torch is
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -89,14 +91,19 @@ def synthetic_rollout(generator: torch.Generator) -> dict[str, torch.Tensor]:
 
 def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, rollout: dict[str, torch.Tensor],
                device: torch.device, autocast: contextlib.AbstractContextManager, channels_last: bool) -> None:
-    """One rollout's training: copy, the pass over every frame and the next, 16 updates."""
+    """One rollout's training: copy, the values pass (every frame's value, and the next frame's
+    only at each env's last step, as :meth:`actorq.algos.ppo.PPO.prepare` computes them; on a
+    CPU in chunks of :data:`VALUE_CHUNK` frames), 16 updates."""
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     data = {name: tensor.to(device, non_blocking=True) for name, tensor in rollout.items()}
     for name in ("observation", "next_observation"):
         data[name] = data[name].contiguous(memory_format=memory_format)
     with torch.no_grad(), autocast:
-        logits, value = model(data["observation"])
-        next_value = model(data["next_observation"])[1]
+        chunk = VALUE_CHUNK if device.type == "cpu" else len(data["observation"])
+        parts = [model(frames) for frames in data["observation"].split(chunk)]
+        logits, value = torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts])
+        next_value = torch.cat([value[1:], value[:1]])  # frames are [env, step] in order: s_{t+1}'s value
+        next_value[STEPS - 1::STEPS] = model(data["next_observation"][STEPS - 1::STEPS])[1]  # each env's last step
         prox_log_prob = torch.log_softmax(logits.float(), -1).gather(-1, data["action"][:, None]).squeeze(-1)
         advantage = data["reward"] + 0.99 * next_value.float() - value.float()  # stands in for GAE's pass
         returns = advantage + value.float()
