@@ -31,7 +31,7 @@ COMMANDS = {
     "resume": ("RUN_DIR [KEY=VALUE ...]",
                "continue a run from its last checkpoint with the overrides it was started with; "
                "a larger actors.total_frames extends a finished run"),
-    "evaluate": ("RUN_DIR [episodes=N] [video=true] [bits=8] ...", "score a run's policy, and film it"),
+    "evaluate": ("RUN_DIR [episodes=N] [video=true] [policy=quantized] ...", "score a run's policy, and film it"),
     "export": ("RUN_DIR|CHECKPOINT OUT [bits=N]", "a run's policy as one TorchScript file"),
     "report": ("DIR [DIR ...] [out=DIR] [target_return=R]", "runs and sweeps -> report.md and plots: where int8 actors pay"),
     "bench": ("NAME [KEY=VALUE ...]", "the benchmarks (`actorq bench --help` lists them)"),
@@ -81,7 +81,7 @@ def usage() -> str:
     for name, (arguments, what) in COMMANDS.items():
         lines += [f"  {name:<{width}}  {arguments}",
                   *textwrap.wrap(what, 96, initial_indent=" " * (width + 6), subsequent_indent=" " * (width + 6))]
-    lines += ["", "Every option is KEY=VALUE (a command's --key VALUE flags work too).",
+    lines += ["", "Every option is KEY=VALUE (train, export and bench take --key VALUE flags too).",
               "`actorq COMMAND --help` shows a command's options. Overrides without a command train:",
               "  actorq +experiment=ppo_cartpole quant.bits=8", "  actorq algo=sac env=pendulum"]
     return "\n".join(lines)

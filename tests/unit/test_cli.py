@@ -138,3 +138,13 @@ def test_every_command_reads_key_value_as_its_flags(module, key_values, flags):
 
     parse = importlib.import_module(module).parse_args
     assert parse(key_values) == parse(flags)
+
+
+def test_the_usage_of_evaluate_names_only_keys_evaluate_takes():
+    import re
+
+    from actorq.__main__ import COMMANDS
+    from actorq.evaluate import KEYS
+
+    named = re.findall(r"\[(\w+)=", COMMANDS["evaluate"][0])
+    assert named and set(named) <= set(KEYS), named
