@@ -120,7 +120,7 @@ def evaluate(options: Options, report: Callable[[str], None] = print) -> None:
             choose_gl()
     agent = load(options.run_dir, options.ckpt, options.policy)
     seed = agent.config.get("seed", 0) if options.seed is None else options.seed
-    returns = agent.evaluate(options.episodes, seed, options.deterministic)
+    returns = agent.evaluate(options.episodes, seed, options.deterministic, return_episode_rewards=True)
     report(f"{agent.config.env.name}, {agent.policy} policy ({agent.precision}), {agent.checkpoint.name}: "
            f"return {format_returns(returns)}")
     if options.video:

@@ -2,8 +2,8 @@
 ``torch`` loads and runs without actorq (:func:`actorq.tools.standalone.export_checkpoint`).
 
 It writes the actors' policy of the run's last checkpoint (or of the ``.ckpt`` named instead
-of the run dir): the payload they last received, or for an fp32 run an int8 dynamic
-quantization unless ``--bits`` says otherwise, calibrated on the observations the run saved
+of the run dir) at the run's precision: the payload they last received (an fp32 run's fp32
+policy), or with ``--bits`` a fresh quantization, calibrated on the observations the run saved
 with the checkpoint. ``torch.jit.load(OUT)(observation) -> action``. From Python:
 ``actorq.load(RUN_DIR).export(OUT)``, or :func:`export` for a network of your own.
 ``tests/integration/test_export.py`` runs the command on a real checkpoint.

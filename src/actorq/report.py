@@ -158,15 +158,11 @@ def precision_of(config: dict) -> str:
 def experiment_of(run_dir: Path, config: dict) -> str | None:
     """The experiment's name: the run's ``config.yaml`` (``experiment: NAME``, where the run
     records it), else the ``+experiment=NAME`` override of a Hydra job in the run dir."""
+    from actorq.run.resume import started_experiment
+
     if isinstance(config.get("experiment"), str):
         return config["experiment"]
-    overrides = run_dir / ".hydra" / "overrides.yaml"
-    if overrides.is_file():
-        for item in yaml.safe_load(overrides.read_text()) or []:
-            match = re.fullmatch(r"\+{0,2}experiment=(\S+)", str(item))
-            if match:
-                return match.group(1)
-    return None
+    return started_experiment(run_dir)
 
 
 def read_events(run: Run) -> None:

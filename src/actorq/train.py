@@ -39,7 +39,8 @@ from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFee
 from actorq.run.learner_precision import resolve_learner_precision
 from actorq.data.parallel import launched_rank, strategy
 from actorq.quant import resolve_precision
-from actorq.run.resume import check_checkpoint, find_checkpoint, load_checkpoint, resumed_precision
+from actorq.run.resume import (check_checkpoint, check_new_run_dir, find_checkpoint, load_checkpoint,
+                               resumed_precision, started_experiment)
 
 log = logging.getLogger(__name__)
 lightning_without_adverts()
@@ -62,6 +63,8 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         start_fork_server()  # its imports overlap building the run, before the actors start
     run_dir = Path(cfg.run_dir)
     resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
+    if launched_rank() == 0:  # the other ranks of a multi-process learner share rank 0's run dir
+        check_new_run_dir(run_dir, resume_from)
     checkpoint = load_checkpoint(resume_from) if resume_from else None
     config = OmegaConf.to_container(cfg, resolve=True)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -255,11 +258,14 @@ def collect_counts(experience: Experience) -> dict:
 
 def config_yaml(cfg: DictConfig) -> str:
     """The run's ``config.yaml``: its config resolved, headed by the ``+experiment=NAME`` it was
-    composed from, where Hydra ran it (the report groups runs by it)."""
+    composed from (the report groups runs by it)."""
     from hydra.core.hydra_config import HydraConfig
 
     text = OmegaConf.to_yaml(cfg, resolve=True)
-    experiment = HydraConfig.get().runtime.choices.get("experiment") if HydraConfig.initialized() else None
+    if HydraConfig.initialized():
+        experiment = HydraConfig.get().runtime.choices.get("experiment")
+    else:  # started from Python (actorq.learn), which saves its overrides as Hydra does
+        experiment = started_experiment(Path(cfg.run_dir))
     return text if experiment is None else f"experiment: {experiment}\n{text}"
 
 

@@ -51,7 +51,9 @@ def test_export_cli_writes_a_policy_plain_torch_runs(make_cfg, tmp_path):
     assert (standalone - fp32).abs().max() < 0.2  # int8 is close to the learner's fp32 policy
 
 
-def test_export_of_a_discrete_fp32_run_is_greedy_int8(make_cfg, tmp_path):
+def test_export_of_a_discrete_fp32_run_is_its_greedy_fp32_policy(make_cfg, tmp_path):
+    import actorq
+
     train(make_cfg("+experiment=dqn_cartpole", *TINY, "algo.hidden=[32,32]"))
     out = tmp_path / "policy.pt"
     result = subprocess.run(
@@ -59,8 +61,12 @@ def test_export_of_a_discrete_fp32_run_is_greedy_int8(make_cfg, tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    actions = run_standalone(out, random_observations(make_env("CartPole-v1", seed=1), 10))
-    assert actions.shape == (10,) and set(actions.tolist()) <= {0, 1}
+    metadata = {"actorq.json": ""}
+    torch.jit.load(str(out), _extra_files=metadata)
+    assert json.loads(metadata["actorq.json"])["format"] == "fp32"  # the run's precision, unless --bits
+    observations = random_observations(make_env("CartPole-v1", seed=1), 10)
+    actions = run_standalone(out, observations)
+    assert torch.equal(actions, actorq.load(tmp_path).act(observations))
 
 
 def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):

@@ -4,7 +4,8 @@ continues it and keeps its history, and a budget it has already reached is refus
 touching the run; every callback set runs to the end; a sweep with a bad job trains nothing.
 One tiny run and its two resumes serve the resume tests. An environment named by its gymnasium id
 trains from the command line (``env=Acrobot-v1``) and from Python (``actorq.learn``, with an id
-or an env factory of the user's script)."""
+or an env factory of the user's script); a run from ``actorq.learn`` reports and resumes as one
+from the command line, and a new run never writes into another's run dir."""
 
 from __future__ import annotations
 
@@ -142,6 +143,24 @@ def test_a_gymnasium_id_trains_from_python_with_learn(tmp_path):
     assert agent.config.actors.total_frames == 640 and agent.summary["frames"] >= 640
     action, _ = agent.predict(torch.zeros(6).numpy(), deterministic=True)
     assert int(action) in (0, 1, 2)
+
+
+def test_a_run_from_learn_reports_and_resumes_as_a_command_line_run_and_is_never_mixed_with_another(tmp_path):
+    import actorq as api
+    from actorq.report import read_run
+    from actorq.util.errors import ConfigError
+
+    run = tmp_path / "run"
+    api.learn("ppo_cartpole", *SMALL_PPO, total_frames=512, run_dir=str(run))
+    assert (run / "config.yaml").read_text().startswith("experiment: ppo_cartpole\n")
+    assert read_run(run).experiment == "ppo_cartpole"  # what actorq report groups runs by
+    files = {path: path.read_bytes() for path in sorted(run.rglob("*")) if path.is_file()}
+    with pytest.raises(ConfigError, match="holds a run already"):
+        api.learn("ppo_cartpole", *SMALL_PPO, total_frames=512, run_dir=str(run))
+    assert {path: path.read_bytes() for path in sorted(run.rglob("*")) if path.is_file()} == files
+    resumed = actorq(tmp_path, "resume", str(run), "actors.total_frames=1024")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["frames"] >= 1024
 
 
 def test_an_env_factory_of_the_script_that_calls_learn_reaches_the_actor_processes(tmp_path):

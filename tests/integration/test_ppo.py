@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -92,6 +93,21 @@ def test_fp32_actors_in_lock_step_weigh_every_step_by_one(normalized_run):
     assert correction["truncated_fraction"] == 0 and abs(correction["kl_behaviour"]) < 1e-6
 
 
+def test_an_agent_saved_as_one_file_loads_back_and_plays_as_it_did(normalized_run, tmp_path):
+    _, _, run_dir = normalized_run
+    observations = torch.randn(16, 3) * 3
+    for policy in ("learner", "quantized"):
+        agent = actorq.load(run_dir, policy=policy)
+        path = agent.save(tmp_path / f"{policy}.pt")
+        assert not {"optimizer_states", "loops"} & set(torch.load(path, weights_only=True))  # the policy only
+        loaded = actorq.load(path)
+        assert (loaded.policy, loaded.precision) == (agent.policy, agent.precision)
+        assert torch.equal(loaded.act(observations), agent.act(observations)), policy
+        assert torch.equal(loaded.network.normalizer.mean, agent.network.normalizer.mean), policy
+        assert loaded.evaluate(2, seed=0, deterministic=True) == agent.evaluate(2, seed=0, deterministic=True)
+    assert actorq.load(tmp_path / "quantized.pt", policy="learner").policy == "learner"
+
+
 def test_the_observation_statistics_reach_the_actors_the_checkpoint_load_and_export(normalized_run, tmp_path):
     summary, objects, run_dir = normalized_run
     learner = objects["learner"]
@@ -105,7 +121,8 @@ def test_the_observation_statistics_reach_the_actors_the_checkpoint_load_and_exp
         agent = actorq.load(run_dir, policy=policy)
         assert torch.equal(agent.network.normalizer.mean, statistics.mean), policy
         assert torch.equal(agent.network.normalizer.var, statistics.var), policy
-        assert len(agent.evaluate(episodes=2, seed=0)) == 2
+        returns = agent.evaluate(episodes=2, seed=0, return_episode_rewards=True)
+        assert len(returns) == 2 and agent.evaluate(episodes=2, seed=0) == (np.mean(returns), np.std(returns))
     observations = torch.randn(16, 3) * 3
     exported = torch.jit.load(str(export_checkpoint(run_dir / "checkpoints" / "last.ckpt", tmp_path / "policy.pt",
                                                     bits=32)), _extra_files={"actorq.json": ""})

@@ -1,5 +1,5 @@
-"""``Agent.predict``, Stable-Baselines3's call: greedy when deterministic; a stochastic policy
-samples otherwise; a policy without a distribution stays greedy."""
+"""``Agent.predict``, Stable-Baselines3's call with its default: greedy when deterministic; a
+stochastic policy samples otherwise (the default); a policy without a distribution stays greedy."""
 
 from pathlib import Path
 
@@ -19,13 +19,13 @@ def agent_of(learner) -> Agent:
                  "learner", "fp32", Path("last.ckpt"))
 
 
-def test_predict_is_act_when_deterministic_and_samples_a_stochastic_policy_otherwise():
+def test_predict_is_act_when_deterministic_and_samples_a_stochastic_policy_otherwise_by_default():
     torch.manual_seed(0)
     agent = agent_of(PPO(DISCRETE, hidden=(8,)))
     observations = torch.randn(256, DISCRETE.obs_dim)
-    action, state = agent.predict(observations)
+    action, state = agent.predict(observations, deterministic=True)
     assert state is None and torch.equal(action, agent.act(observations))
-    sampled, _ = agent.predict(observations, deterministic=False)
+    sampled, _ = agent.predict(observations)  # SB3's default: deterministic=False
     assert sampled.shape == (256,) and not torch.equal(sampled, action)  # a near-uniform policy's samples vary
     one, _ = agent.predict(np.zeros(DISCRETE.obs_dim), deterministic=False)
     assert isinstance(one, np.ndarray) and one.shape == () and int(one) in range(DISCRETE.num_actions)

@@ -34,13 +34,20 @@ def config(*overrides: str) -> DictConfig:
     Raises:
         ConfigError: the command line's one-line message for an override it would refuse.
     """
+    return config_and_overrides(*overrides)[0]
+
+
+def config_and_overrides(*overrides: str) -> tuple[DictConfig, list[str]]:
+    """:func:`config`, and the overrides as Hydra saves them in a run's ``.hydra/overrides.yaml``
+    (an env id as the env file and ``env.name`` it stands for), for ``actorq resume``."""
     cfg = composed(list(overrides), return_hydra_config=True)
+    saved = list(cfg.hydra.overrides.task)
     with open_dict(cfg):
         if not any(item.startswith("run_dir=") for item in overrides):
             cfg.run_dir = cfg.hydra.run.dir
         del cfg["hydra"]  # as Hydra's compose leaves a run's config
     check_run_config(cfg)
-    return cfg
+    return cfg, saved
 
 
 def overrides_of(settings: Mapping[str, Any], prefix: str = "") -> list[str]:

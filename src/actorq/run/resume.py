@@ -39,6 +39,64 @@ SAVED_OVERRIDES = Path(".hydra") / "overrides.yaml"  # what Hydra saves of a run
 EXPERIENCE_STATE = "Experience"  # Lightning saves a datamodule's state under its class name
 
 
+RUN_OUTPUTS = ("config.yaml", "summary.json", "checkpoints", "tb")
+"""What a run writes into its run dir (Hydra's ``.hydra/`` comes before the run starts)."""
+
+
+def check_new_run_dir(run_dir: Path, resume_from: Path | None) -> None:
+    """A ``ConfigError`` unless ``run_dir`` is free for this run: a run that continues a
+    checkpoint may write where it likes; a new run refuses a dir that holds another run's
+    outputs, whose curves and checkpoints it would mix with its own.
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> check_new_run_dir(run, None)  # an empty dir: free
+        >>> _ = (run / "summary.json").write_text("{}")
+        >>> check_new_run_dir(run, None)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        actorq.util.errors.ConfigError: run_dir=... holds a run already (summary.json): ...
+        >>> check_new_run_dir(run, run / "checkpoints" / "last.ckpt")  # continuing it
+    """
+    if resume_from is not None or not run_dir.is_dir():
+        return
+    found = [name for name in RUN_OUTPUTS if (run_dir / name).exists()]
+    if found:
+        raise ConfigError(f"run_dir={run_dir} holds a run already ({', '.join(found)}): `actorq resume "
+                          f"{run_dir}` continues it (ckpt_path=last does from Python); a new run needs a new run_dir")
+
+
+def save_overrides(run_dir: Path, overrides: list[str]) -> None:
+    """Writes ``overrides`` where Hydra saves a run's command line (:data:`SAVED_OVERRIDES`), so
+    that a run started from Python resumes and reports as one started by ``actorq train``."""
+    path = run_dir / SAVED_OVERRIDES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(list(overrides), default_flow_style=False, sort_keys=False))
+
+
+def started_experiment(run_dir: Path) -> str | None:
+    """The ``+experiment=NAME`` the run in ``run_dir`` was started with (its saved overrides), or None.
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> started_experiment(run) is None
+        True
+        >>> save_overrides(run, ["+experiment=ppo_cartpole", "seed=1"])
+        >>> started_experiment(run)
+        'ppo_cartpole'
+    """
+    path = run_dir / SAVED_OVERRIDES
+    if not path.is_file():
+        return None
+    for item in yaml.safe_load(path.read_text()) or []:
+        key, _, value = str(item).partition("=")
+        if key.lstrip("+") == "experiment" and value:
+            return value
+    return None
+
+
 def find_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
     """The checkpoint file to resume from: ``None`` (a fresh run), ``"last"`` (the run dir's
     ``checkpoints/last.ckpt``) or a path; raises a ``ConfigError`` if there is no such file."""

@@ -3,7 +3,9 @@ Stable-Baselines3's ``PPO(...).learn(...)`` does.
 
 The run is the one ``actorq train`` would run with the same overrides (composed and checked
 by :func:`actorq.config`, trained by :func:`actorq.train.train`), with the same run dir,
-checkpoints, TensorBoard logs and ``summary.json``. Call it under
+checkpoints, TensorBoard logs, ``summary.json`` and saved overrides (``.hydra/overrides.yaml``),
+so ``actorq resume``, ``report`` and ``evaluate`` take it as they take a run of the command
+line. A run dir that holds another run is refused, unless ``ckpt_path="last"`` continues it. Call it under
 ``if __name__ == "__main__":``: the actor processes import the calling script.
 """
 
@@ -12,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from actorq.run.compose import config, overrides_of
-from actorq.run.resume import LAST_CHECKPOINT
+from actorq.run.compose import config_and_overrides, overrides_of
+from actorq.run.resume import LAST_CHECKPOINT, check_new_run_dir, find_checkpoint, save_overrides
 from actorq.tools.agent import Agent, load
 from actorq.util.errors import ConfigError
 
@@ -46,22 +48,25 @@ def learn(experiment: str | None = None, *overrides: str, **settings: Any) -> Ag
         agent = actorq.learn("ppo_cartpole", quant={"bits": 8}, run_dir="runs/ppo")
         agent = actorq.learn(algo="ppo", env="Acrobot-v1", total_frames=100_000)
         action, _ = agent.predict(observation, deterministic=True)
-        returns = agent.evaluate(episodes=10)
+        mean, std = agent.evaluate(episodes=10)
+        agent.save("ppo.pt")  # one file: actorq.load("ppo.pt")
         agent.export("policy.pt")
     """
     from actorq.train import train  # the training stack, only when a run trains
 
     named = [f"+experiment={experiment}"] if experiment is not None else []
     try:
-        cfg = config(*named, *overrides, *overrides_of(learn_settings(settings)))
+        cfg, saved = config_and_overrides(*named, *overrides, *overrides_of(learn_settings(settings)))
     except ConfigError as error:
         if experiment is not None and f"Could not find 'experiment/{experiment}'" in str(error) \
                 and names_an_env(experiment):
             raise ConfigError(f"{experiment!r} is an environment, not an experiment: say "
                               f"actorq.learn(algo=ALGO, env={experiment!r}), e.g. algo='ppo'") from error
         raise
-    summary, objects = train(cfg)
     run_dir = Path(cfg.run_dir)
+    check_new_run_dir(run_dir, find_checkpoint(cfg.get("ckpt_path"), run_dir))
+    save_overrides(run_dir, saved)  # as actorq train's, so that actorq resume and report read it alike
+    summary, objects = train(cfg)
     if (run_dir / LAST_CHECKPOINT).is_file():
         agent = load(run_dir)
     else:

@@ -130,9 +130,9 @@ def load_learner(checkpoint: dict):
 
 
 def actors_network(checkpoint: dict, learner, env, bits: int | None) -> QuantizedNetwork:
-    """The network the actors last ran, or a fresh quantization at ``bits`` (int8 dynamic
-    for a run whose actors were fp32; static for a convolutional policy) calibrated on
-    :func:`calibration_set`."""
+    """The network the actors last ran (fp32 for a run whose actors were fp32), or a fresh
+    quantization at ``bits`` (static for a convolutional policy, which has int8 kernels with
+    calibrated ranges only) calibrated on :func:`calibration_set`."""
     state = checkpoint.get(EXPERIENCE_STATE, {})
     quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
     network = learner.behaviour_network
@@ -140,9 +140,8 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
         return saved_actors_network(checkpoint, network, "the checkpoint")
     if bits is not None:
         quant = quant.with_bits(bits)
-    elif quant.is_full_precision:  # convolutions have static int8 kernels only
-        convolutional = isinstance(layout_of(network.trunk), ModuleLayout)
-        quant = QuantSpec(bits=8, mode="static" if convolutional else "dynamic")
+        if bits == 8 and isinstance(layout_of(network.trunk), ModuleLayout):
+            quant = dataclasses.replace(quant, mode="static")
     return QuantizedNetwork.from_network(network, quant, calibration_set(checkpoint, env, quant))
 
 

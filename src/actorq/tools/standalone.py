@@ -2,8 +2,8 @@
 
 :func:`export` writes a :class:`~actorq.quant.QuantizedNetwork` (trunk at its precision + fp32
 head); :func:`export_checkpoint` writes the actors' policy of a run's checkpoint: the payload
-they last received, or for an fp32 run an int8 dynamic quantization unless ``bits`` says
-otherwise, calibrated on the observations the run saved with the checkpoint
+they last received (an fp32 run's fp32 policy), or with ``bits`` a fresh quantization,
+calibrated on the observations the run saved with the checkpoint
 (:func:`actorq.tools.rebuild.calibration_set`). Either way
 ``torch.jit.load(OUT)(observation) -> action``.
 
