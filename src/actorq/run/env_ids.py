@@ -20,6 +20,8 @@ Example:
     ['-m', 'env=cartpole,pendulum']
     >>> env_overrides(["env=ALE/Pong-v5"])
     ['env=pong', 'env.name=ALE/Pong-v5']
+    >>> env_overrides(["algo=ppo", "env.name=PongNoFrameskip-v4"])  # alone, env.name=ID is env=ID
+    ['algo=ppo', 'env=pong', 'env.name=PongNoFrameskip-v4']
     >>> env_overrides(["-m", "env=Acrobot-v1,cartpole"])  # a sweep over one library's envs
     ['-m', 'env=cartpole', 'env.name=Acrobot-v1,CartPole-v1']
     >>> env_overrides(["env=Acrobot-v2"])  # doctest: +ELLIPSIS
@@ -75,9 +77,35 @@ def env_overrides(overrides: list[str]) -> list[str]:
             ``env.module`` that cannot be imported, or a sweep across env libraries.
     """
     rewritten = []
+    alone = _name_alone(overrides)
     for arg in overrides:
-        rewritten += _env_choice(arg, overrides) if arg.startswith("env=") else [arg]
+        if arg.startswith("env="):
+            rewritten += _env_choice(arg, overrides)
+        elif arg == alone:  # env.name=ID with nothing else naming the env: as env=ID
+            rewritten += _env_choice(f"env={arg.split('=', 1)[1]}", overrides)
+        else:
+            rewritten.append(arg)
     return rewritten
+
+
+def _name_alone(overrides: list[str]) -> str | None:
+    """The ``env.name=ID`` override when nothing else names the env (no ``env=``, no
+    ``env.library``, no experiment, whose env file would say which library builds it): then
+    the default env file's library need not be ID's (``env.name=PongNoFrameskip-v4`` alone is
+    Atari), so it is written as ``env=ID`` is. None otherwise, or for a sweep.
+
+    Example:
+        >>> _name_alone(["algo=ppo", "env.name=ALE/Pong-v5"]), _name_alone(["env=pong", "env.name=ALE/Pong-v5"])
+        ('env.name=ALE/Pong-v5', None)
+    """
+    keys = [arg.lstrip("+~").split("=", 1)[0] for arg in overrides]
+    if {"env", "env.library", "experiment"} & set(keys) or keys.count("env.name") != 1:
+        return None
+    arg = overrides[keys.index("env.name")]
+    override = _parsed(arg)
+    if override is None or override.is_sweep_override() or not isinstance(override.value(), str):
+        return None
+    return arg
 
 
 def _env_choice(arg: str, overrides: list[str]) -> list[str]:
