@@ -89,7 +89,7 @@ def _value(key: str, value: str):
         except ValueError:
             raise ConfigError(f"{key}={value}: must be an integer") from None
         if key != "seed" and number <= 0:
-            raise ConfigError(f"episodes={value}: must be positive")
+            raise ConfigError(f"{key}={value}: must be positive")
         return number
     if key in ("video", "deterministic"):
         if value.lower() not in TRUE + FALSE:

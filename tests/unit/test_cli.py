@@ -148,3 +148,11 @@ def test_the_usage_of_evaluate_names_only_keys_evaluate_takes():
 
     named = re.findall(r"\[(\w+)=", COMMANDS["evaluate"][0])
     assert named and set(named) <= set(KEYS), named
+
+
+@pytest.mark.parametrize("key", ["episodes", "video_steps"])
+def test_evaluate_names_the_key_whose_count_is_not_positive(key):
+    from actorq.evaluate import parse_args
+
+    with pytest.raises(ConfigError, match=f"^{key}=0: must be positive$"):
+        parse_args(["RUN_DIR", f"{key}=0"])
