@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from actorq.envs import EnvSpec
 from actorq.quant.codecs import Codec, float_payload, float_payload_spec, plain_trunk
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 CONTINUOUS = EnvSpec(obs_dim=3, discrete=False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
 DISCRETE = EnvSpec(obs_dim=4, discrete=True, num_actions=2)

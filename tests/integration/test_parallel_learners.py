@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from actorq.data.parallel import pack, split, unpack
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 from tests.helpers import scalars, still_running
 
 RUN = ("+experiment=td3_pendulum", "trainer.devices=2", "replay.prioritized=true", "quant.bits=8",

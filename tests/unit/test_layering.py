@@ -11,7 +11,7 @@ import actorq
 
 PACKAGE = Path(actorq.__file__).parent
 
-LAYERS = ("util", "envs", "quant", "data", "algos", "actors", "experience", "callbacks", "run", "train",
+LAYERS = ("util", "envs", "quant", "algos", "data", "actors", "experience", "callbacks", "run", "train",
           "tools", "evaluate", "export", "report", "bench", "__main__")
 """The packages (and root modules) of actorq from the bottom up: each imports only those below
 it. The learning math (``algos``) sits below how experience is collected (``actors``,

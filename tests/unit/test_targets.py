@@ -21,7 +21,7 @@ from actorq.algos.ddpg import DDPG
 from actorq.algos.dqn import DQN
 from actorq.algos.sac import SAC
 from actorq.algos.td3 import TD3
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 from tests.helpers import CONTINUOUS, DISCRETE, attach_trainer
 from tests.unit.test_d4pg import brute_force_projection
 

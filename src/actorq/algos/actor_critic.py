@@ -29,7 +29,7 @@ from actorq.algos.base import Exploration, check_positive
 from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
 from actorq.algos.networks import Critic, CriticEnsemble
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 
 class ActorCriticLearner(OffPolicyLearner):

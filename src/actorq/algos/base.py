@@ -53,8 +53,8 @@ from torch import nn
 from actorq.util.clock import FrameClock
 from actorq.envs import EnvSpec
 from actorq.util.finite import check_finite_loss
-from actorq.data.parallel import ranks_in_sync
-from actorq.data.writer import Arrivals
+from actorq.algos.ranks import ranks_in_sync
+from actorq.algos.batches import Arrivals
 from actorq.algos.resume import extend_to_budget, rng_states, set_rng_states
 
 EXPERIENCE_KINDS = ("replay", "rollout")

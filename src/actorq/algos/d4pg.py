@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from actorq.algos.ddpg import DDPG
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 
 def categorical_projection(

@@ -20,7 +20,7 @@ from actorq.algos.actor_critic import ActorCriticLearner
 from actorq.algos.base import Exploration, adam
 from actorq.envs import EnvSpec
 from actorq.algos.networks import DeterministicActor
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 
 class DDPG(ActorCriticLearner):

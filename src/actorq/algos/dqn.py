@@ -20,7 +20,7 @@ from actorq.algos.off_policy import OffPolicyLearner
 from actorq.envs import EnvSpec
 from actorq.algos.conv import PixelQNetwork
 from actorq.algos.networks import QNetwork
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 
 class DQN(OffPolicyLearner):

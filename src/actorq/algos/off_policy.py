@@ -20,7 +20,7 @@ from torch import nn
 
 from actorq.algos.base import Exploration, Learner, check_positive
 from actorq.envs import EnvSpec
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 
 class Sampling(Protocol):

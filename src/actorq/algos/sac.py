@@ -31,7 +31,7 @@ from actorq.algos.actor_critic import ActorCriticLearner
 from actorq.algos.base import Exploration, adam, check_positive
 from actorq.envs import EnvSpec
 from actorq.algos.networks import GaussianActor
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 
 class SAC(ActorCriticLearner):

@@ -54,7 +54,8 @@ from actorq.bench._table import report
 from actorq.envs import EnvSpec
 from actorq.run.learner_precision import CANDIDATES, choose, time_updates, without_trainer
 from actorq.data.nstep import nstep_transitions
-from actorq.data.writer import Arrivals, TransitionWriter
+from actorq.algos.batches import Arrivals
+from actorq.data.writer import TransitionWriter
 from actorq.data.replay.uniform import UniformReplay
 from actorq.util.arguments import as_options
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,8 +31,9 @@ from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from tensordict import TensorDict
 
-from actorq.data.replay.base import ReplayBuffer, Sample
-from actorq.data.writer import Arrivals
+from actorq.algos.batches import Arrivals, Sample
+from actorq.algos.ranks import collective_device
+from actorq.data.replay.base import ReplayBuffer
 
 
 def strategy(devices: int) -> str | DDPStrategy:
@@ -112,7 +112,7 @@ class RankSampling:
 
 @dataclass(frozen=True)
 class Layout:
-    """How a :class:`~actorq.data.replay.base.Sample` lies in a flat byte tensor: ``fields`` are
+    """How a :class:`~actorq.algos.batches.Sample` lies in a flat byte tensor: ``fields`` are
     ``(key, dtype, shape)`` in order, keys ``("indices",)``, ``("weights",)`` or
     ``("batch", *nested_key)``; ``prioritized`` says whether TD errors go back to rank 0."""
 
@@ -134,7 +134,7 @@ def pack(sample: Sample, prioritized: bool) -> tuple[Layout, torch.Tensor]:
 
 
 def unpack(layout: Layout, buffer: torch.Tensor) -> Sample:
-    """The :class:`~actorq.data.replay.base.Sample` that :func:`pack` flattened into ``buffer``."""
+    """The :class:`~actorq.algos.batches.Sample` that :func:`pack` flattened into ``buffer``."""
     tensors, offset = {}, 0
     for key, dtype, shape in layout.fields:
         size = math.prod(shape) * dtype.itemsize
@@ -196,25 +196,3 @@ def _announce(more: bool | None) -> bool:
     flag = torch.tensor([int(bool(more))], device=collective_device())
     dist.broadcast(flag, src=0)
     return bool(flag.item())
-
-
-def collective_device() -> torch.device:
-    """Where tensors must be for the process group's collectives: this rank's GPU with nccl,
-    the CPU with gloo."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def ranks_in_sync(modules: Iterable[torch.nn.Module], learner_steps: int) -> dict[str, Any]:
-    """Every rank's updates and how far its weights are from rank 0's (the largest
-    absolute difference over every parameter and buffer; 0.0 when DDP keeps them identical)."""
-    flat = torch.cat([t.detach().reshape(-1).float().to(collective_device()) for m in modules for t in m.state_dict().values()
-                      if torch.is_tensor(t) and t.is_floating_point()])
-    reference = flat.clone()
-    dist.broadcast(reference, src=0)
-    drift = torch.tensor([(flat - reference).abs().max().item(), float(learner_steps)], device=flat.device)
-    gathered = [torch.zeros_like(drift) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, drift)
-    return {"ranks": len(gathered), "learner_steps": [int(g[1]) for g in gathered],
-            "max_weight_difference": max(float(g[0]) for g in gathered)}

@@ -28,36 +28,16 @@ Example:
 from __future__ import annotations
 
 import multiprocessing
-from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDictBase
 
+from actorq.algos.batches import Arrivals
 from actorq.data.nstep import nstep_transitions
 from actorq.data.replay.base import ReplayBuffer
 from actorq.data.replay.shared import SharedReplay
 
 _FRAMES, _EPISODES, _RETURN_SUM = range(3)
-
-
-@dataclass(frozen=True)
-class Arrivals:
-    """Experience that arrived since the previous :meth:`TransitionWriter.arrivals`.
-
-    Attributes:
-        frames: environment steps (one transition each).
-        episodes: episodes that ended.
-        return_sum: sum of those episodes' returns.
-    """
-
-    frames: int
-    episodes: int
-    return_sum: float
-
-    @property
-    def episode_return(self) -> float | None:
-        """Mean return of the episodes that ended, or ``None`` if none did."""
-        return self.return_sum / self.episodes if self.episodes else None
 
 
 class TransitionWriter:

@@ -56,7 +56,8 @@ from actorq.data.parallel import RankSampling, follow_batches, lead_batches
 from actorq.actors.base import batch_frames
 from actorq.data.replay.base import ReplayBuffer
 from actorq.quant import Payload, QuantizedNetwork, payload_nbytes, policy_divergence, quantize
-from actorq.data.writer import Arrivals, TransitionWriter
+from actorq.algos.batches import Arrivals
+from actorq.data.writer import TransitionWriter
 from actorq.experience.replay_feed import ReplayFeed
 from actorq.experience.rollout_feed import RolloutFeed
 

@@ -13,7 +13,8 @@ from tensordict import TensorDictBase
 from actorq.data.parallel import RankSampling, share_arrivals
 from actorq.data.replay.base import ReplayBuffer
 from actorq.data.replay.factory import is_frames, transition_template
-from actorq.data.writer import Arrivals, TransitionWriter
+from actorq.algos.batches import Arrivals
+from actorq.data.writer import TransitionWriter
 from actorq.util.errors import ConfigError, construct
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from actorq.data.writer import Arrivals, ended_episode_returns
+from actorq.algos.batches import Arrivals
+from actorq.data.writer import ended_episode_returns
 
 
 class RolloutFeed:

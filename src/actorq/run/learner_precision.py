@@ -50,7 +50,7 @@ from actorq.util.atomic import write_text_atomically
 from actorq.util.values import AUTO
 from actorq.data.parallel import launched_rank
 from actorq.quant.timing import single_thread
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 
 if TYPE_CHECKING:
     from actorq.algos.base import Learner

@@ -9,27 +9,13 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDict
 
+from actorq.algos.batches import Sample
+
 TRANSITION_KEYS = ("observation", "action", "reward", "next_observation", "discount")
-
-
-@dataclass
-class Sample:
-    """A sampled batch.
-
-    Attributes:
-        batch: transitions, batch size ``[B]``.
-        indices: storage indices, for :meth:`ReplayBuffer.update_priorities`.
-        weights: importance-sampling weights (all ones for uniform replay).
-    """
-
-    batch: TensorDict
-    indices: torch.Tensor
-    weights: torch.Tensor
 
 
 class ReplayBuffer(ABC):

@@ -57,7 +57,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from actorq.data.replay.base import ReplayBuffer, Sample
+from actorq.algos.batches import Sample
+from actorq.data.replay.base import ReplayBuffer
 
 FINAL = -1
 """The episode step of a slot that holds an episode's final frame (or the frame a stream ended on)."""

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from actorq.data.replay.base import Sample
+from actorq.algos.batches import Sample
 from actorq.data.replay.priorities import Priorities, as_numpy
 from actorq.data.replay.uniform import UniformReplay
 

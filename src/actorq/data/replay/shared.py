@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from actorq.data.replay.base import ReplayBuffer, Sample
+from actorq.algos.batches import Sample
+from actorq.data.replay.base import ReplayBuffer
 from actorq.data.replay.priorities import Priorities, as_numpy
 from actorq.data.replay.storage import TransitionStorage
 

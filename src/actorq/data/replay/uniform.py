@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from actorq.data.replay.base import ReplayBuffer, Sample
+from actorq.algos.batches import Sample
+from actorq.data.replay.base import ReplayBuffer
 from actorq.data.replay.storage import TransitionStorage
 
 
