@@ -59,7 +59,7 @@ from actorq.quant import Payload, QuantizedNetwork, payload_nbytes, policy_diver
 from actorq.algos.batches import Arrivals
 from actorq.data.writer import TransitionWriter
 from actorq.experience.replay_feed import ReplayFeed
-from actorq.experience.rollout_feed import RolloutFeed
+from actorq.experience.feed import Feed
 
 # A resumed run restarts mid-epoch: the actor pool resumes from the learner's frame count
 # (``frames_done``, from the run's frame clock), not from a saved iterator position, which Lightning cannot know.
@@ -156,7 +156,7 @@ class Experience(L.LightningDataModule):
     """
 
     def __init__(self, spec: ExperienceSpec, make_actors: Callable[..., ActorPool], actor_policy: nn.Module | None,
-                 clock: FrameClock, feed: ReplayFeed | RolloutFeed):
+                 clock: FrameClock, feed: Feed):
         super().__init__()
         self.spec = spec
         if spec.config is not None:
@@ -187,19 +187,22 @@ class Experience(L.LightningDataModule):
 
     @property
     def replay(self) -> ReplayBuffer | None:
-        return self.feed.replay
+        """The replay an off-policy learner samples (``None`` for rollouts, or before setup)."""
+        return self.feed.replay if isinstance(self.feed, ReplayFeed) else None
 
     @replay.setter
     def replay(self, replay: ReplayBuffer) -> None:
+        if not isinstance(self.feed, ReplayFeed):
+            raise TypeError("a rollout feed has no replay")
         self.feed.replay = replay
 
     @property
     def writer(self) -> TransitionWriter | None:
-        return self.feed.writer
+        return self.feed.writer if isinstance(self.feed, ReplayFeed) else None
 
     @property
     def sampling(self) -> ReplayBuffer | RankSampling | None:
-        return self.feed.sampling
+        return self.feed.sampling if isinstance(self.feed, ReplayFeed) else None
 
     @property
     def quant(self) -> QuantSpec | None:

@@ -19,9 +19,6 @@ class RolloutFeed:
     """The last two rollouts, for calibration and for measuring a copy's fidelity."""
 
     kind = "rollout"
-    replay = None
-    writer = None
-    sampling = None
 
     def __init__(self):
         self.last: TensorDictBase | None = None
