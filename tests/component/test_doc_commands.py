@@ -1,5 +1,6 @@
-"""Every shell command the README and docs/ show is checked here the way the command checks
-its input before it starts, or its block says why it is not.
+"""Every shell command the README and docs/ show, and every example ``actorq --help`` and
+``actorq train --help`` give, is checked here the way the command checks its input before it
+starts, or its block says why it is not.
 
 - ``actorq train`` (and overrides alone): composed and put through every check a run makes
   before its actors start (:func:`actorq.run.launch.job_error`), each job of a ``-m`` sweep;
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from actorq.__main__ import COMMANDS
+from actorq.__main__ import COMMANDS, usage
 from actorq.bench.__main__ import BENCHMARKS
 from actorq.run.checks import composition_error
 from actorq.run.launch import MULTIRUN_FLAGS, job_error, sweep_jobs
@@ -49,7 +50,29 @@ def shown_commands() -> list[tuple[str, list[str]]]:
     return found
 
 
-COMMANDS_SHOWN = shown_commands()
+HELP_HEADINGS = ("Examples:", "Overrides without a command train:")
+"""The lines after which ``actorq --help`` and ``actorq train --help`` list example commands."""
+
+
+def help_examples() -> list[tuple[str, list[str]]]:
+    """``(where, argv)`` of every example command ``actorq --help`` and ``actorq train --help``
+    show (the latter's template is ``conf/hydra/help/actorq.yaml``)."""
+    texts = {"actorq --help": usage(), "actorq train --help": (ROOT / "conf" / "hydra" / "help" / "actorq.yaml").read_text()}
+    found = []
+    for where, text in texts.items():
+        listing = False
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.endswith(HELP_HEADINGS):
+                listing = True
+            elif listing and stripped.startswith("actorq "):
+                found.append((f"{where}: {stripped}", shlex.split(stripped)))
+            else:
+                listing = False
+    return found
+
+
+COMMANDS_SHOWN = shown_commands() + help_examples()
 
 
 def as_actorq(argv: list[str]) -> list[str] | None:
@@ -99,6 +122,12 @@ def check(argv: list[str]) -> None:
 def test_the_pages_show_commands_and_mark_the_blocks_left_unchecked():
     assert len(COMMANDS_SHOWN) > 40
     assert any(where.startswith("README.md") for where, _ in COMMANDS_SHOWN)
+
+
+def test_the_help_texts_examples_are_checked_too():
+    examples = [where for where, _ in help_examples()]
+    assert sum(where.startswith("actorq --help") for where in examples) >= 2
+    assert sum(where.startswith("actorq train --help") for where in examples) >= 5
 
 
 @pytest.mark.parametrize(("where", "argv"), COMMANDS_SHOWN, ids=[where for where, _ in COMMANDS_SHOWN])
