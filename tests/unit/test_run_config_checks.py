@@ -27,6 +27,10 @@ CASES = [
     ("actors.max_restarts=-1", "actors.max_restarts must be >= 0, got -1"),
     ("actors.restart_on_failure=maybe", "actors.restart_on_failure must be true or false, got 'maybe'"),
     ("+foo=1", "unknown top-level key(s) foo"),
+    # a key added to a group whose file lists every key: a typo Hydra's `+` hint would let through
+    ("+replay.capasity=10", "replay.capasity: no such key, and nothing would read it; did you mean replay.capacity?"),
+    ("+actors.num_worker=2", "did you mean actors.num_workers?"),
+    ("+quant.bitz=8", "did you mean quant.bits?"),
     ("env.module=no_such_suite_module",
      "env.module: cannot import 'no_such_suite_module': ModuleNotFoundError: No module named 'no_such_suite_module'"),
     ("env.module=[json,3]", "env.module must be a module name or a list of module names, got ['json', 3]"),

@@ -61,6 +61,7 @@ def check_run_config(cfg: DictConfig) -> None:
     check_actor_sizes(cfg)
     check_actor_backend(cfg)
     check_read_keys(cfg)
+    check_added_keys(cfg)
     check_one_spelling(cfg)
     check_trainer(cfg)
     check_stop_at_return(cfg)
@@ -229,6 +230,26 @@ def _changed(cfg: DictConfig, prefix: str) -> list[tuple[str, object]]:
     if _plain(value) != _plain(default):
         return [(prefix, value)]
     return []
+
+
+CLOSED_GROUPS = ("actors", "replay", "quant")
+"""Groups with one option whose file lists every key the code reads: a key added to one with
+``+`` (``+replay.capasity=10``) is a typo that nothing would read."""
+
+
+def check_added_keys(cfg: DictConfig) -> None:
+    """A key of a :data:`CLOSED_GROUPS` group that its option's file does not have is refused,
+    naming the closest key it has."""
+    for group in CLOSED_GROUPS:
+        node = _select(cfg, group)
+        if not isinstance(node, DictConfig):
+            continue
+        known = list(option_defaults(group).keys())
+        for key in node.keys():
+            if key not in known:
+                close = closest_key(f"{group}.{key}", [f"{group}.{name}" for name in known])
+                hint = f"; did you mean {close}?" if close else ""
+                raise ConfigError(f"{group}.{key}: no such key, and nothing would read it{hint}")
 
 
 @cache
