@@ -113,7 +113,7 @@ def test_a_new_observer_is_one_table_entry(monkeypatch):
     with pytest.raises(ConfigError, match="quant.calibration must be one of minmax, moving_average, histogram"):
         QuantSpec(calibration="fast_moving_average")
     monkeypatch.setitem(_ao.CALIBRATION_OBSERVERS, "fast_moving_average", fast_moving_average)
-    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: True)  # as on a CPU without VNNI
+    monkeypatch.setattr(_ao, "kernels_saturate", lambda spec: True)  # as on a CPU without VNNI
     spec = QuantSpec(bits=8, mode="static", calibration="fast_moving_average")
     from actorq.quant import quantize
 

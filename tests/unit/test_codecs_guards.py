@@ -195,7 +195,7 @@ def test_a_fixed_observer_quantizes_the_middle_over_the_first_layers_output_rang
                                                                                  monkeypatch):
     """int8_static_fp32_ends: the middle's input is the fp32 first layer's output, in
     ``[0, activation_max]`` after a ReLU, else in ``[-activation_max, activation_max]``."""
-    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: True)  # as on a CPU without VNNI
+    monkeypatch.setattr(_ao, "kernels_saturate", lambda spec: True)  # as on a CPU without VNNI
     layout = TrunkLayout(layers=[
         LayerLayout(3, 8, activation=first_activation), LayerLayout(8, 8, activation="relu"), LayerLayout(8, 2)
     ])

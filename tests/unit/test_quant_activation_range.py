@@ -1,5 +1,6 @@
-"""Activations that feed an int8 Linear keep 8 bits where the engine sums them exactly, 7 where
-it would saturate: the run-time measurement, not the CPU's name, decides."""
+"""Activations that feed an int8 Linear keep 8 bits where the kernels sum them exactly, 7 where
+they would saturate: the run-time measurement, not the CPU's name, decides (for torch.ao's
+engines and for oneDNN's kernels on plain tensors alike)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from actorq.algos.networks import DeterministicActor
 from actorq.envs import EnvSpec
-from actorq.quant import QuantSpec, _ao, quantize
+from actorq.quant import QuantSpec, _ao, onednn, quantize
 
 SPEC = EnvSpec(obs_dim=4, discrete=False, action_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
 
@@ -16,7 +17,7 @@ SPEC = EnvSpec(obs_dim=4, discrete=False, action_dim=2, action_low=(-1.0, -1.0),
 @pytest.mark.parametrize("saturates, levels", [(True, 127), (False, 255)])
 @pytest.mark.parametrize("observer", ["learned", "fixed"])
 def test_the_input_codes_use_the_range_the_engine_sums_exactly(monkeypatch, saturates, levels, observer):
-    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: saturates)
+    monkeypatch.setattr(_ao, "kernels_saturate", lambda spec: saturates)
     torch.manual_seed(0)
     actor = DeterministicActor(SPEC, (16, 16))
     spec = QuantSpec(bits=8, mode="static", format="int8_static", observer=observer, input_range=(-3.0, 5.0))
@@ -51,3 +52,24 @@ def test_dynamic_layers_quantize_their_inputs_on_the_bits_the_engine_sums_exactl
     converted = _ao.convert_dynamic(actor.trunk, spec)  # torch.ao's own conversion, the reference
     assert all(module.reduce_range is saturates for module in converted.modules()
                if isinstance(module, _ao.DynamicLinear))
+
+
+def test_the_learner_asks_the_kernels_the_actors_will_run(monkeypatch):
+    monkeypatch.setattr(onednn, "saturates_full_range", lambda: True)
+    monkeypatch.setattr(_ao, "saturates_full_range", lambda engine: False)
+    assert _ao.kernels_saturate(QuantSpec(bits=8, mode="static")) is onednn.available()
+    assert _ao.kernels_saturate(QuantSpec(bits=8, mode="static", engine=_ao.DEFAULT_ENGINE)) is False
+
+
+@pytest.mark.parametrize("saturates", [True, False])
+def test_plain_dynamic_layers_quantize_their_inputs_on_the_bits_the_kernels_sum_exactly(monkeypatch, saturates):
+    monkeypatch.setattr(onednn, "saturates_full_range", lambda: saturates)
+    torch.manual_seed(0)
+    payload = quantize(DeterministicActor(SPEC, (64, 64)), QuantSpec(bits=8, mode="dynamic", format="int8_dynamic"))
+    layer = onednn.DynamicInt8Linear(payload["l1_weight"], payload["l1_weight_scale"], payload["l1_weight_zero_point"],
+                                     payload["l1_bias"])
+    assert layer.quant_max == (127 if saturates else 255)
+    inputs = torch.rand(16, 64) * 3
+    weight = payload["l1_weight"].float() * payload["l1_weight_scale"][:, None]
+    error = (layer(inputs) - (inputs @ weight.t() + payload["l1_bias"])).abs().max()
+    assert error < (0.05 if saturates else 0.025)

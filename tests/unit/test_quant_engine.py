@@ -27,7 +27,7 @@ def test_weights_are_packed_for_the_spec_engine_and_run_under_another(mode, monk
 
     target = nnq.Linear if mode == "static" else torch.ao.nn.quantized.dynamic.Linear
     monkeypatch.setattr(target, "set_weight_bias", recording)
-    default = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode=mode), observations)
+    default = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode=mode, engine=_ao.DEFAULT_ENGINE), observations)
     onednn = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode=mode, engine="onednn"), observations)
     before = torch.backends.quantized.engine
     actions_default, actions_onednn = default(observations), onednn(observations)

@@ -51,6 +51,7 @@ from actorq.bench._table import report
 from actorq.envs import EnvSpec, find_suite, make_env, random_observations
 from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, resolve_precision, time_forward
+from actorq.quant._ao import DEFAULT_ENGINE
 from actorq.util.arguments import as_options
 
 PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' QuantizedNetwork, as the trainer builds it)
@@ -59,6 +60,8 @@ PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' Quantized
     "int8 dynamic": QuantSpec(bits=8, mode="dynamic"),
     "int8 static onednn": QuantSpec(bits=8, mode="static", engine="onednn"),
     "int8 dynamic onednn": QuantSpec(bits=8, mode="dynamic", engine="onednn"),
+    "int8 static torch.ao": QuantSpec(bits=8, mode="static", engine=DEFAULT_ENGINE),
+    "int8 dynamic torch.ao": QuantSpec(bits=8, mode="dynamic", engine=DEFAULT_ENGINE),
     "auto": QuantSpec(bits="auto"),  # picked by measurement at the worker's batch, as train.py does
 }
 DEFAULT_PRECISIONS = ["fp32", "int8 static", "int8 dynamic", "auto"]
@@ -189,15 +192,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="also measure the previous paths: TorchRL's rollout over the lean env, and "
                              "TorchRL's transforms (SerialEnv) with its rollout")
     parser.add_argument("--onednn", action="store_true",
-                        help="also run the int8 precisions with weights packed for the onednn engine (quant.engine)")
+                        help="also run the int8 precisions with weights packed for torch.ao's onednn engine (quant.engine)")
+    parser.add_argument("--torch-ao", action="store_true",
+                        help="also run the int8 precisions on torch.ao's quantized modules (quant.engine=x86 where torch has it), "
+                             "the path before plain int8 tensors")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/actors.json", help="JSON output ('' for none)")
     args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.widths, args.envs, args.precisions, args.batches, args.rounds = [64], [1, 8], ["fp32", "int8 static"], 3, 1
-    if args.onednn:
-        args.precisions += [f"{name} onednn" for name in args.precisions
-                            if name.startswith("int8") and not name.endswith("onednn")]
+    plain = [name for name in args.precisions if name in ("int8 static", "int8 dynamic")]
+    args.precisions += [f"{name} {engine}" for engine, wanted in (("onednn", args.onednn), ("torch.ao", args.torch_ao))
+                        if wanted for name in plain]
     return args
 
 

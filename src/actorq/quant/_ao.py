@@ -106,7 +106,7 @@ def _weight_observer(per_channel: bool) -> Callable[[], nn.Module]:
 
 
 def _activation_observer(spec: QuantSpec, low: float, high: float, feeds_linear: bool) -> ObserverFactory:
-    reduce_range = feeds_linear and saturates_full_range(spec.engine or DEFAULT_ENGINE)
+    reduce_range = feeds_linear and kernels_saturate(spec)
     if spec.observer == "fixed":
         return _fixed_observer(low, high, reduce_range)
     return CALIBRATION_OBSERVERS[spec.calibration](spec, reduce_range)
@@ -349,6 +349,17 @@ def saturates_full_range(engine: str) -> bool:
                                            ACTIVATION_DTYPE)
         out = float(linear(inputs).dequantize())
     return abs(out - exact) > out_scale
+
+
+def kernels_saturate(spec: QuantSpec) -> bool:
+    """Whether the int8 kernels ``spec``'s MLP copy runs lose sums of 8-bit activations on
+    this CPU: oneDNN's on plain tensors (:mod:`actorq.quant.onednn`) where ``spec`` names no
+    engine, else the named torch.ao engine's."""
+    from actorq.quant import onednn
+
+    if onednn.serves(spec):
+        return onednn.saturates_full_range()
+    return saturates_full_range(spec.engine or DEFAULT_ENGINE)
 
 
 def quantized_weight(codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:

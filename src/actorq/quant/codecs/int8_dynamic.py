@@ -1,10 +1,11 @@
 """``quant.format=int8_dynamic``: every ``Linear`` int8 weights, activations quantized per batch
-(torch.ao). ``quant.bits=8, mode=dynamic`` alone runs
+(the actors run oneDNN's int8 kernels on plain tensors, :mod:`actorq.quant.onednn`, unless
+``quant.engine`` names a torch.ao engine). ``quant.bits=8, mode=dynamic`` alone runs
 :mod:`~actorq.quant.codecs.int8_dynamic_fp32_ends`."""
 
 from __future__ import annotations
 
-from actorq.quant import _ao
+from actorq.quant import _ao, onednn
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import (
     assemble,
@@ -42,6 +43,8 @@ class Int8Dynamic(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
+        if onednn.serves(spec):
+            return assemble(layout, payload, lambda k: onednn.DynamicInt8Linear(*codes(payload, k)))
         with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
             return self._decode(layout, spec, payload)
 

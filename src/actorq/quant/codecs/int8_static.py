@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from actorq.util.errors import ConfigError
-from actorq.quant import _ao
+from actorq.quant import _ao, onednn
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
 from actorq.quant.conv import quantize_conv_policy, reduces_activation_range
@@ -87,6 +87,8 @@ class Int8Static(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
+        if not isinstance(layout, ModuleLayout) and onednn.serves(spec):
+            return _decode_plain(layout, payload)
         with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
             if isinstance(layout, ModuleLayout):
                 module = copy.deepcopy(self._template(layout, spec))
@@ -130,6 +132,32 @@ class Int8Static(Codec):
     def _template(self, layout: ModuleLayout, spec) -> nn.Module:
         """The converted module a convolutional payload is loaded into, for ``spec``'s engine."""
         return layout.int8_template(_engine(spec), self.fp32_ends)
+
+
+def _decode_plain(layout: TrunkLayout, payload) -> nn.Sequential:
+    """The trunk on plain int8 tensors (:mod:`actorq.quant.onednn`), computing what torch.ao's
+    quantized modules of :meth:`Int8Static._decode` compute: quantize, each layer from codes to
+    codes (ReLU fused, or after the norm), dequantize."""
+
+    def qparams(prefix: str) -> tuple[float, int]:
+        return float(payload[f"{prefix}scale"]), int(payload[f"{prefix}zero_point"])
+
+    current = qparams("input_")
+    modules: list[nn.Module] = [onednn.Quantize(*current)]
+    for k, layer in enumerate(layout.layers):
+        weight, scale, zero_point, bias = codes(payload, k)
+        out = qparams(f"l{k}_")
+        relu = layer.activation == "relu"
+        modules.append(onednn.Int8Linear(weight, scale, bias, current, out, relu=relu and not layer.norm,
+                                         zero_point=zero_point))
+        current = out
+        if layer.norm:
+            norm_out = qparams(f"l{k}_norm_")
+            modules.append(onednn.Int8LayerNorm(payload[f"l{k}_norm_weight"], payload[f"l{k}_norm_bias"],
+                                                layer.norm_eps, current, norm_out, relu=relu))
+            current = norm_out
+    modules.append(onednn.Dequantize(*current))
+    return nn.Sequential(*modules)
 
 
 class Int8StaticConvFp32Ends(Int8Static):

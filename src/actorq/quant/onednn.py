@@ -1,0 +1,208 @@
+"""Int8 layers on plain tensors: ``torch.int8`` weight codes, ``torch.uint8`` activations and
+explicit float scales and integer zero points, computed by oneDNN's int8 matmul
+(``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor lowers an int8 ``Linear`` to).
+
+No tensor here has a quantized dtype (``torch.qint8``/``torch.quint8``, which PyTorch is
+removing with ``torch.ao.quantization``), and nothing is compiled: a new version's weights
+are prepacked for the kernel when an actor builds it (:class:`Int8Linear`), a few ms for a
+2048 x 2048 layer. The MLP codecs (:mod:`actorq.quant.codecs.int8_static`,
+:mod:`~actorq.quant.codecs.int8_dynamic` and their fp32-ends recipes) build their actors'
+trunks from these layers; their payloads are the same plain codes either way.
+
+Every layer scripts and saves with TorchScript (``actorq export``): a prepacked weight does not
+serialize, so a layer saves its plain codes and packs them again when it is loaded.
+
+Example:
+    >>> _ = torch.manual_seed(0)
+    >>> codes, scale = torch.randint(-127, 128, (4, 8), dtype=torch.int8), torch.full((4,), 0.01)
+    >>> layer = Int8Linear(codes, scale, torch.zeros(4), in_qparams=(0.1, 0), out_qparams=None, relu=False)
+    >>> x = torch.rand(2, 8)
+    >>> exact = quantize(x, 0.1, 0).float() * 0.1 @ (codes.float() * 0.01).t()
+    >>> torch.allclose(layer(quantize(x, 0.1, 0)), exact, atol=1e-5)
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATION_MAX = 255
+"""The largest activation code: activations are ``torch.uint8``, all 8 bits, unless the
+CPU's int8 kernel would saturate their sums (:func:`saturates_full_range`): then 127."""
+REDUCED_ACTIVATION_MAX = 127
+
+
+def available() -> bool:
+    """Whether this torch build has oneDNN's int8 matmul (``torch.ops.onednn.qlinear_pointwise``)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+
+
+def serves(spec) -> bool:
+    """Whether an MLP copy at ``spec`` runs on these layers: where it names no torch.ao engine
+    (``quant.engine``, which keeps torch.ao's quantized modules) and torch has the kernels."""
+    return spec.engine is None and available()
+
+
+def quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX) -> torch.Tensor:
+    """``x`` as ``uint8`` codes: ``round(x / scale) + zero_point``, clamped to ``0..quant_max``."""
+    return torch.clamp(torch.round(x / scale) + zero_point, 0, quant_max).to(torch.uint8)
+
+
+def dequantize(codes: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """``uint8`` codes as floats: ``(codes - zero_point) * scale``."""
+    return (codes.to(torch.float32) - zero_point) * scale
+
+
+@functools.cache
+def saturates_full_range() -> bool:
+    """Whether the int8 matmul loses sums of full-range (8-bit) activations on this CPU,
+    measured once per process: kernels without AVX-512 VNNI or AMX multiply pairs of inputs
+    into 16-bit sums that saturate, so activations keep 7 bits there; with them all 8."""
+    if not available():
+        return True
+    width, code = 64, 127
+    layer = Int8Linear(torch.full((1, width), code, dtype=torch.int8), torch.ones(1), torch.zeros(1),
+                       in_qparams=(1.0, 0), out_qparams=None, relu=False)
+    out = float(layer(torch.full((1, width), ACTIVATION_MAX, dtype=torch.uint8)))
+    return out != ACTIVATION_MAX * code * width
+
+
+def activation_max() -> int:
+    """The largest activation code the int8 layers take on this CPU (:func:`saturates_full_range`)."""
+    return REDUCED_ACTIVATION_MAX if saturates_full_range() else ACTIVATION_MAX
+
+
+class Quantize(nn.Module):
+    """fp32 -> ``uint8`` codes with fixed ``scale`` and ``zero_point``."""
+
+    def __init__(self, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX):
+        super().__init__()
+        self.scale, self.zero_point, self.quant_max = float(scale), int(zero_point), int(quant_max)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(torch.round(x / self.scale) + self.zero_point, 0, self.quant_max).to(torch.uint8)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:.4g}, zero_point={self.zero_point}, quant_max={self.quant_max}"
+
+
+class Dequantize(nn.Module):
+    """``uint8`` codes -> fp32."""
+
+    def __init__(self, scale: float, zero_point: int):
+        super().__init__()
+        self.scale, self.zero_point = float(scale), int(zero_point)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(torch.float32) - self.zero_point) * self.scale
+
+
+class Int8Linear(nn.Module):
+    """``uint8`` activations x ``int8`` weights (symmetric, per channel or per tensor) + fp32
+    bias, with a fused ReLU, out as ``uint8`` codes (``out_qparams``) or fp32 (``None``).
+
+    Args:
+        codes: ``[out, in]`` int8 weight codes.
+        scale: ``[out]`` or ``[1]`` float weight scales.
+        bias: ``[out]`` float bias.
+        in_qparams: the input codes' ``(scale, zero_point)``.
+        out_qparams: the output codes' ``(scale, zero_point)``; ``None``: fp32 out.
+        relu: ReLU fused into the kernel.
+        zero_point: the weight codes' zero points, if given: all 0 (symmetric weights).
+    """
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor,
+                 in_qparams: tuple[float, int], out_qparams: tuple[float, int] | None, relu: bool,
+                 zero_point: torch.Tensor | None = None):
+        super().__init__()
+        if codes.dtype != torch.int8 or codes.dim() != 2:
+            raise ValueError(f"weight codes must be a 2-D int8 tensor, got {codes.dtype} {tuple(codes.shape)}")
+        if zero_point is not None and bool((zero_point != 0).any()):
+            raise ValueError("the int8 kernels take symmetric weights (zero points 0)")
+        self.weight = codes.contiguous()
+        self.weight_scale = scale.detach().to(torch.float32).reshape(-1).contiguous()
+        self.weight_zero_point = torch.zeros(self.weight_scale.numel(), dtype=torch.int32)
+        self.bias = bias.detach().to(torch.float32).contiguous()
+        self.in_scale, self.in_zero_point = float(in_qparams[0]), int(in_qparams[1])
+        self.fp32_out = out_qparams is None
+        self.out_scale, self.out_zero_point = (1.0, 0) if out_qparams is None else (float(out_qparams[0]),
+                                                                                    int(out_qparams[1]))
+        self.post_op = "relu" if relu else "none"
+        self.packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype: Optional[torch.dtype] = torch.float32 if self.fp32_out else None
+        return torch.ops.onednn.qlinear_pointwise(
+            x, self.in_scale, self.in_zero_point, self.packed, self.weight_scale, self.weight_zero_point, self.bias,
+            self.out_scale, self.out_zero_point, dtype, self.post_op, [], "")
+
+    @torch.jit.export
+    def __getstate__(self):
+        # The prepacked weight does not serialize: the plain codes do, and are packed again.
+        return (self.weight, self.weight_scale, self.weight_zero_point, self.bias, self.in_scale, self.in_zero_point,
+                self.out_scale, self.out_zero_point, self.fp32_out, self.post_op, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, int, float,
+                                        int, bool, str, bool]):
+        self.weight, self.weight_scale, self.weight_zero_point, self.bias = state[0], state[1], state[2], state[3]
+        self.in_scale, self.in_zero_point, self.out_scale, self.out_zero_point = state[4], state[5], state[6], state[7]
+        self.fp32_out, self.post_op, self.training = state[8], state[9], state[10]
+        self.packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
+
+    @torch.jit.unused
+    def __deepcopy__(self, memo):
+        return Int8Linear(self.weight.clone(), self.weight_scale.clone(), self.bias.clone(),
+                          (self.in_scale, self.in_zero_point),
+                          None if self.fp32_out else (self.out_scale, self.out_zero_point), self.post_op == "relu")
+
+    def extra_repr(self) -> str:
+        out = "fp32" if self.fp32_out else f"uint8 scale={self.out_scale:.4g}"
+        return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}, {out}, relu={self.post_op == 'relu'}"
+
+
+class DynamicInt8Linear(nn.Module):
+    """fp32 in and out: each batch's activations quantized on the range they span (with 0 in
+    it), on all 8 bits where :func:`saturates_full_range` allows, then :class:`Int8Linear`'s
+    kernel."""
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, bias: torch.Tensor):
+        super().__init__()
+        self.linear = Int8Linear(codes, scale, bias, in_qparams=(1.0, 0), out_qparams=None, relu=False,
+                                 zero_point=zero_point)
+        self.quant_max = activation_max()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        low = torch.clamp(x.min(), max=0.0)
+        high = torch.clamp(x.max(), min=0.0)
+        scale = float(torch.clamp((high - low) / self.quant_max, min=1e-8))
+        zero_point = int(torch.round(-low / scale))
+        codes = torch.clamp(torch.round(x / scale) + zero_point, 0, self.quant_max).to(torch.uint8)
+        linear = self.linear
+        return torch.ops.onednn.qlinear_pointwise(
+            codes, scale, zero_point, linear.packed, linear.weight_scale, linear.weight_zero_point, linear.bias,
+            1.0, 0, torch.float32, "none", [], "")
+
+
+class Int8LayerNorm(nn.Module):
+    """``uint8`` codes -> ``LayerNorm`` over the last dimension in fp32 (-> ReLU) -> ``uint8`` codes."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, eps: float, in_qparams: tuple[float, int],
+                 out_qparams: tuple[float, int], relu: bool, quant_max: int = ACTIVATION_MAX):
+        super().__init__()
+        self.weight, self.bias = weight.detach().float().clone(), bias.detach().float().clone()
+        self.eps, self.relu, self.quant_max = float(eps), bool(relu), int(quant_max)
+        self.in_scale, self.in_zero_point = float(in_qparams[0]), int(in_qparams[1])
+        self.out_scale, self.out_zero_point = float(out_qparams[0]), int(out_qparams[1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = (x.to(torch.float32) - self.in_zero_point) * self.in_scale
+        normed = F.layer_norm(features, (self.weight.shape[0],), self.weight, self.bias, self.eps)
+        if self.relu:
+            normed = torch.relu(normed)
+        return torch.clamp(torch.round(normed / self.out_scale) + self.out_zero_point, 0, self.quant_max).to(torch.uint8)
