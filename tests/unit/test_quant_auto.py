@@ -59,9 +59,11 @@ def test_concrete_specs_pass_through_unchanged():
 # avx512_vnni, docs/measured/quantization.md): the int8 codecs 8-14x faster than fp32. Whether int8 is
 # really faster on a given CPU is measured by `actorq bench inference`, not here.
 WIDE_BATCH_ONE_US = {"fp32": 1870.0, "bf16": 900.0, "int8_static_fp32_ends": 203.0, "int8_dynamic": 229.0,
-                     "int8_static_fp32_ends_onednn": 240.0, "int8_dynamic_onednn": 260.0}
+                     "int8_static_fp32_ends_onednn": 240.0, "int8_dynamic_onednn": 260.0,
+                     "int8_static_fp32_ends_plain": 250.0, "int8_dynamic_plain": 270.0}
 WIDE_BATCH_16_US = {"fp32": 11681.0, "bf16": 6000.0, "int8_static_fp32_ends": 840.0, "int8_dynamic": 935.0,
-                    "int8_static_fp32_ends_onednn": 990.0, "int8_dynamic_onednn": 1100.0}
+                    "int8_static_fp32_ends_onednn": 990.0, "int8_dynamic_onednn": 1100.0,
+                    "int8_static_fp32_ends_plain": 1000.0, "int8_dynamic_plain": 1150.0}
 
 
 def test_wide_actor_at_batch_one_gets_the_int8_its_timings_favour(monkeypatch):
@@ -98,6 +100,19 @@ def test_width_1024_batch_16_picks_int8_and_returns_that_candidates_network():
     assert picked.payload()["l1_weight"].dtype == torch.int8
 
 
+def test_auto_picks_plain_int8_tensors_where_their_timings_win_and_the_actors_run_them(monkeypatch):
+    from actorq.quant import onednn
+
+    torch.manual_seed(0)
+    actor = DeterministicActor(SPEC, (1024, 1024, 1024)).eval()
+    observations = torch.randn(256, SPEC.obs_dim)
+    given_timings(monkeypatch, {**WIDE_BATCH_16_US, "int8_static_fp32_ends_plain": 600.0})
+    choice = select_precision(actor, QuantSpec(bits="auto"), batch_size=16, observations=observations)
+    assert choice.name == "int8_static_fp32_ends_plain" and choice.spec.engine == "plain"
+    picked = QuantizedNetwork.from_network(actor, choice.spec, calibration=observations)
+    assert any(isinstance(module, onednn.Int8Linear) for module in picked.executable_trunk().modules())
+
+
 def given_timings(monkeypatch, timings_us: dict[str, float]) -> None:
     """``select_precision`` decides on these timings instead of measuring (no clock race)."""
     from actorq.quant import auto
@@ -112,7 +127,8 @@ def given_timings(monkeypatch, timings_us: dict[str, float]) -> None:
 # What a 32-wide actor at batch 1 measured on an idle CPU: the int8 and bf16 overheads
 # dominate (2-4x slower than fp32).
 NARROW_BATCH_ONE_US = {"fp32": 40.0, "bf16": 90.0, "int8_static_fp32_ends": 150.0, "int8_dynamic": 120.0,
-                       "int8_static_fp32_ends_onednn": 160.0, "int8_dynamic_onednn": 130.0}
+                       "int8_static_fp32_ends_onednn": 160.0, "int8_dynamic_onednn": 130.0,
+                       "int8_static_fp32_ends_plain": 170.0, "int8_dynamic_plain": 140.0}
 
 
 def narrow_actor():

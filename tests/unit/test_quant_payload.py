@@ -30,6 +30,7 @@ from actorq.quant import (
     reference_module,
     weight_error,
 )
+from actorq.quant import onednn
 from tests.helpers import assert_computes_the_reference
 
 
@@ -45,6 +46,9 @@ INT8_SPECS = [
     for calibration in ("minmax", "moving_average", "histogram")
     if mode == "static" or calibration == "minmax"
 ] + [QuantSpec(bits=8, mode="static", observer="fixed", input_range=(-4.0, 4.0), activation_max=8.0)]
+# the same codes on plain int8 tensors and oneDNN's kernels, where torch has them
+INT8_SPECS += [QuantSpec(bits=8, mode=mode, granularity=granularity, engine="plain")
+               for mode in ("static", "dynamic") for granularity in ("per_tensor", "per_channel") if onednn.available()]
 ALL_SPECS = [QuantSpec(bits=32), QuantSpec(bits=16), *INT8_SPECS] + [
     QuantSpec(bits=b, mode="dynamic", granularity=g) for b in (2, 4, 7) for g in ("per_tensor", "per_channel")
 ] + [QuantSpec(bits=4, format="int4_packed")]

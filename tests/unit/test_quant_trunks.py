@@ -68,6 +68,8 @@ SPECS = {
                                     activation_max=4.0), 0.1),
     "int8_dynamic": (QuantSpec(bits=8, mode="dynamic"), 0.03),
     "int8_dynamic_per_tensor": (QuantSpec(bits=8, mode="dynamic", granularity="per_tensor"), 0.03),
+    "int8_static_plain": (QuantSpec(bits=8, mode="static", engine="plain"), 0.05),
+    "int8_dynamic_plain": (QuantSpec(bits=8, mode="dynamic", engine="plain"), 0.03),
     "7bit": (QuantSpec(bits=7, mode="dynamic"), 0.03),
     "4bit": (QuantSpec(bits=4, mode="dynamic"), 0.15),
 }

@@ -51,7 +51,6 @@ from actorq.bench._table import report
 from actorq.envs import EnvSpec, find_suite, make_env, random_observations
 from actorq.algos.networks import DeterministicActor
 from actorq.quant import QuantizedNetwork, QuantSpec, resolve_precision, time_forward
-from actorq.quant._ao import DEFAULT_ENGINE
 from actorq.util.arguments import as_options
 
 PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' QuantizedNetwork, as the trainer builds it)
@@ -60,8 +59,8 @@ PRECISIONS = {  # name: the actors' precision (fp32 too is the actors' Quantized
     "int8 dynamic": QuantSpec(bits=8, mode="dynamic"),
     "int8 static onednn": QuantSpec(bits=8, mode="static", engine="onednn"),
     "int8 dynamic onednn": QuantSpec(bits=8, mode="dynamic", engine="onednn"),
-    "int8 static torch.ao": QuantSpec(bits=8, mode="static", engine=DEFAULT_ENGINE),
-    "int8 dynamic torch.ao": QuantSpec(bits=8, mode="dynamic", engine=DEFAULT_ENGINE),
+    "int8 static plain": QuantSpec(bits=8, mode="static", engine="plain"),
+    "int8 dynamic plain": QuantSpec(bits=8, mode="dynamic", engine="plain"),
     "auto": QuantSpec(bits="auto"),  # picked by measurement at the worker's batch, as train.py does
 }
 DEFAULT_PRECISIONS = ["fp32", "int8 static", "int8 dynamic", "auto"]
@@ -193,16 +192,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "TorchRL's transforms (SerialEnv) with its rollout")
     parser.add_argument("--onednn", action="store_true",
                         help="also run the int8 precisions with weights packed for torch.ao's onednn engine (quant.engine)")
-    parser.add_argument("--torch-ao", action="store_true",
-                        help="also run the int8 precisions on torch.ao's quantized modules (quant.engine=x86 where torch has it), "
-                             "the path before plain int8 tensors")
+    parser.add_argument("--plain", action="store_true",
+                        help="also run the int8 precisions on plain int8 tensors and oneDNN's kernels "
+                             "(quant.engine=plain), the path that replaces torch.ao's quantized modules")
     parser.add_argument("--quick", action="store_true", help="small policy, few frames (smoke test)")
     parser.add_argument("--out", default="bench-results/actors.json", help="JSON output ('' for none)")
     args = parser.parse_args(as_options(argv, parser))
     if args.quick:
         args.widths, args.envs, args.precisions, args.batches, args.rounds = [64], [1, 8], ["fp32", "int8 static"], 3, 1
     plain = [name for name in args.precisions if name in ("int8 static", "int8 dynamic")]
-    args.precisions += [f"{name} {engine}" for engine, wanted in (("onednn", args.onednn), ("torch.ao", args.torch_ao))
+    args.precisions += [f"{name} {engine}" for engine, wanted in (("onednn", args.onednn), ("plain", args.plain))
                         if wanted for name in plain]
     return args
 

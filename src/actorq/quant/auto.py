@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from actorq.util.choice import MARGIN, fastest
-from actorq.quant import _ao
+from actorq.quant import _ao, onednn
 from actorq.quant.codecs import full_precision, registered
 from actorq.quant.conv import first_stage
 from actorq.quant.fidelity import action_error
@@ -72,8 +72,9 @@ class PrecisionChoice:
 def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_stage: bool = False) -> dict[str, QuantSpec]:
     """The precisions ``auto`` compares: one per registered codec that is an
     ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
-    once per quantized engine worth trying here (the default one, and ``onednn``). Each is
-    named by its codec (plus ``_onednn`` for the other engine).
+    once per quantized engine worth trying here (the default one, torch.ao's ``onednn``, and
+    for an MLP ``plain``: :mod:`actorq.quant.onednn`). Each is named by its codec (plus
+    ``_onednn`` or ``_plain`` for the other engines).
 
     A ``convolutional`` trunk gets the codecs that run one and, if it has a first stage that
     ``int8_static_fp32_ends`` keeps in fp32 (``fp32_first_stage``), every int8-kernel codec
@@ -81,7 +82,8 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_sta
     Without one, the two int8 copies differ only in the thin output layer, which the
     candidate keeps in fp32 for its outputs' sake, and only the candidate is timed."""
     codecs = [codec for codec in registered() if _candidate(codec, convolutional, fp32_first_stage)]
-    engines = [spec.engine] + [e for e in ("onednn",) if e in _ao.ENGINES and e != (spec.engine or _ao.DEFAULT_ENGINE)]
+    others = [e for e in ("onednn",) if e in _ao.ENGINES] + ([] if convolutional else list(onednn.engines()))
+    engines = [spec.engine] + [e for e in others if e != (spec.engine or _ao.DEFAULT_ENGINE)]
     candidates = {}
     for engine in engines:
         suffix = "" if engine == spec.engine else f"_{engine}"

@@ -5,9 +5,10 @@ explicit float scales and integer zero points, computed by oneDNN's int8 matmul
 No tensor here has a quantized dtype (``torch.qint8``/``torch.quint8``, which PyTorch is
 removing with ``torch.ao.quantization``), and nothing is compiled: a new version's weights
 are prepacked for the kernel when an actor builds it (:class:`Int8Linear`), a few ms for a
-2048 x 2048 layer. The MLP codecs (:mod:`actorq.quant.codecs.int8_static`,
-:mod:`~actorq.quant.codecs.int8_dynamic` and their fp32-ends recipes) build their actors'
-trunks from these layers; their payloads are the same plain codes either way.
+2048 x 2048 layer. With ``quant.engine=plain`` the MLP codecs
+(:mod:`actorq.quant.codecs.int8_static`, :mod:`~actorq.quant.codecs.int8_dynamic` and their
+fp32-ends recipes) build their actors' trunks from these layers, and ``quant.bits=auto``
+times them beside torch.ao's engines; the payloads are the same plain codes either way.
 
 Every layer scripts and saves with TorchScript (``actorq export``): a prepacked weight does not
 serialize, so a layer saves its plain codes and packs them again when it is loaded.
@@ -42,10 +43,19 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
 
 
+PLAIN = "plain"
+"""The ``quant.engine`` that runs an MLP's int8 actors on these layers."""
+
+
+def engines() -> tuple[str, ...]:
+    """The ``quant.engine`` names this module adds to torch.ao's: ``plain`` where torch has the kernels."""
+    return (PLAIN,) if available() else ()
+
+
 def serves(spec) -> bool:
-    """Whether an MLP copy at ``spec`` runs on these layers: where it names no torch.ao engine
-    (``quant.engine``, which keeps torch.ao's quantized modules) and torch has the kernels."""
-    return spec.engine is None and available()
+    """Whether an MLP copy at ``spec`` runs on these layers: ``quant.engine=plain``, where torch
+    has the kernels (any other engine, or none, runs torch.ao's quantized modules)."""
+    return spec.engine == PLAIN and available()
 
 
 def quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX) -> torch.Tensor:

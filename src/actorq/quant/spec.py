@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from actorq.util.values import AUTO
 from actorq.util.errors import ConfigError
-from actorq.quant import _ao, codecs
+from actorq.quant import _ao, codecs, onednn
 
 if TYPE_CHECKING:
     from actorq.quant.codecs import Codec
@@ -62,9 +62,11 @@ class QuantSpec:
             the codec serving ``bits`` and ``mode``.
         engine: for ``bits=8``: the int8 kernel library the actors' weights are packed for
             (``"x86"``, ``"fbgemm"``, ``"onednn"``, ``"qnnpack"``, as this torch build has
-            them); ``None``: torch's default (``x86`` on x86-64). Which is fastest depends on
-            the CPU and the batch (``onednn`` uses AMX int8 units where the CPU has them);
-            ``bits=auto`` measures it.
+            them: torch.ao's quantized modules), or ``"plain"``: an MLP's actors on plain int8
+            tensors and oneDNN's kernels (:mod:`actorq.quant.onednn`; a convolutional copy
+            stays on torch.ao's default); ``None``: torch's default (``x86`` on x86-64). Which
+            is fastest depends on the CPU and the batch (``onednn`` uses AMX int8 units where
+            the CPU has them); ``bits=auto`` measures it.
         max_kl: the divergence budget of a stochastic policy's copy: a push whose measured
             ``KL(mu || pi)`` (the mean over held-out recent observations,
             :func:`actorq.quant.policy_divergence`) exceeds it goes out at the first of
@@ -102,7 +104,7 @@ class QuantSpec:
         _check_choice("calibration", self.calibration, tuple(_ao.CALIBRATION_OBSERVERS))
         _check_choice("granularity", self.granularity, GRANULARITIES)
         if self.engine is not None:
-            _check_choice("engine", self.engine, _ao.ENGINES)
+            _check_choice("engine", self.engine, (*_ao.ENGINES, *onednn.engines()))
         if self.bits != AUTO:
             codecs.select(self)  # a codec serves these bits, mode and format
         low, high = self.input_range

@@ -1,6 +1,6 @@
 """``quant.format=int8_dynamic``: every ``Linear`` int8 weights, activations quantized per batch
-(the actors run oneDNN's int8 kernels on plain tensors, :mod:`actorq.quant.onednn`, unless
-``quant.engine`` names a torch.ao engine). ``quant.bits=8, mode=dynamic`` alone runs
+(torch.ao's kernels; with ``quant.engine=plain`` oneDNN's on plain int8 tensors,
+:mod:`actorq.quant.onednn`). ``quant.bits=8, mode=dynamic`` alone runs
 :mod:`~actorq.quant.codecs.int8_dynamic_fp32_ends`."""
 
 from __future__ import annotations

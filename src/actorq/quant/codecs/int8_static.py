@@ -89,7 +89,7 @@ class Int8Static(Codec):
     def decode(self, layout, spec, payload):
         if not isinstance(layout, ModuleLayout) and onednn.serves(spec):
             return _decode_plain(layout, payload)
-        with _ao.packing_engine(spec.engine or _ao.DEFAULT_ENGINE):
+        with _ao.packing_engine(_engine(spec)):
             if isinstance(layout, ModuleLayout):
                 module = copy.deepcopy(self._template(layout, spec))
                 state = restored_state(module.state_dict(), payload)
@@ -169,7 +169,9 @@ class Int8StaticConvFp32Ends(Int8Static):
 
 
 def _engine(spec) -> str:
-    return spec.engine or _ao.DEFAULT_ENGINE
+    """The torch.ao engine a copy at ``spec`` is packed for (a convolutional copy under
+    ``quant.engine=plain``, which has no plain-tensor path yet: the default one)."""
+    return _ao.DEFAULT_ENGINE if spec.engine in (None, onednn.PLAIN) else spec.engine
 
 
 def _convolutional(trunk: nn.Module) -> bool:
