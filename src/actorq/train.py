@@ -37,7 +37,7 @@ from actorq.run.console import lightning_without_adverts
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules, suite_options
 from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.run.learner_precision import resolve_learner_precision
-from actorq.data.parallel import launched_rank, strategy
+from actorq.data.learner_ranks import launched_rank, strategy
 from actorq.quant import resolve_precision
 from actorq.run.resume import (check_checkpoint, check_new_run_dir, find_checkpoint, load_checkpoint,
                                resumed_precision, started_experiment)
@@ -155,7 +155,7 @@ def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | No
 
 
 def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str | None) -> tuple[dict, dict]:
-    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.data.parallel`): the same
+    """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.data.learner_ranks`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
     experience = connect_experience(cfg, learner, actor_policy=None)

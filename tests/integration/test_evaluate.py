@@ -133,8 +133,8 @@ def test_both_policies_reproduce_the_runs_last_evaluation(balance):
     quantized = actorq.load(run_dir, policy="quantized")
     assert learner.precision == "fp32" and quantized.precision.startswith("int8")
     assert isinstance(quantized.network, QuantizedNetwork) and quantized.network.quant.bits == 8
-    assert learner.evaluate(1, seed) == pytest.approx([summary["final_return"]], abs=1e-6)
-    assert quantized.evaluate(1, seed) == pytest.approx([summary["final_return_quant"]], abs=1e-6)
+    assert learner.evaluate(1, seed, return_episode_rewards=True) == pytest.approx([summary["final_return"]], abs=1e-6)
+    assert quantized.evaluate(1, seed, return_episode_rewards=True) == pytest.approx([summary["final_return_quant"]], abs=1e-6)
 
 
 def test_evaluate_prints_mean_and_std_and_records_the_first_episode(cartpole, capsys, tmp_path):
@@ -154,7 +154,7 @@ def test_evaluate_over_several_episodes_reports_their_spread(cartpole, capsys):
     code, out, err = run_main(capsys, evaluate, cartpole, "episodes=4", "policy=quantized", "seed=3")
     assert code == 0, err
     mean, std, episodes = RETURN_LINE.search(out.strip()).groups()
-    returns = actorq.load(cartpole, policy="quantized").evaluate(4, 3)
+    returns = actorq.load(cartpole, policy="quantized").evaluate(4, 3, return_episode_rewards=True)
     assert episodes == "4" and float(mean) == pytest.approx(np.mean(returns), abs=0.05)
     assert float(std) == pytest.approx(np.std(returns), abs=0.05)
 

@@ -19,7 +19,7 @@ import psutil
 import torch
 from tensordict import TensorDict
 
-from actorq.data.parallel import pack, split, unpack
+from actorq.data.learner_ranks import pack, split, unpack
 from actorq.algos.batches import Sample
 from tests.helpers import scalars, still_running
 

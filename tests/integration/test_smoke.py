@@ -80,7 +80,7 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env.name=CartPol-v1"], "unknown environment 'CartPol-v1'"),
+        (["env.name=CartPol-v1"], "env.name=CartPol-v1: no env file or environment has this name; did you mean CartPole-v1"),
         (["algo=ddpg"], "DDPG needs continuous actions but CartPole-v1 has discrete actions"),
         (["+experiment=td3_pendulum", "algo=dqn"], "DQN needs discrete actions"),
         (["actors.num_workers=0"], "actors.num_workers must be positive"),
@@ -91,7 +91,7 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
         (["algo.nope=1"], "Could not override 'algo.nope': no such key (--cfg job prints the config's keys)"),
         (["replay.capasity=10"], "Could not override 'replay.capasity': no such key; did you mean replay.capacity?"),
         (["env=nope"], "env=nope: no env file or environment has this name"),
-        (["env.name=PongNoFrameskip-v4"], "set env.library=atari, or say env=PongNoFrameskip-v4 alone"),
+        (["env.library=gymnasium", "env.name=PongNoFrameskip-v4"], "set env.library=atari, or say env=PongNoFrameskip-v4 alone"),
         (["--algo", "ppo", "-n", "100"], "-n: actorq train takes KEY=VALUE, not this flag: say actors.total_frames=100"),
         (["quant.bits=[8"], "no viable alternative at input '[8'"),
     ],

@@ -25,7 +25,7 @@ from actorq.algos.batches import Sample
 
 class Sampling(Protocol):
     """What the learner draws updates from: a replay, or its share of one
-    (:class:`actorq.data.parallel.RankSampling`)."""
+    (:class:`actorq.data.learner_ranks.RankSampling`)."""
 
     def __len__(self) -> int: ...
 

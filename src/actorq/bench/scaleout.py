@@ -18,7 +18,7 @@ Four tables from one run, three of them on one local Ray instance started for th
 * **lockstep**: frames/s of 1, 4 and 8 Ray actors, each stepping ``--lockstep-envs`` envs
   (1; 4 gives the hybrid rows), on a sleep-bound env whose steps take ``--lockstep-step-ms``
   (3 and 10), and 100x that with probability
-  0.01 (:mod:`actorq.bench.heavy_tail`), collected in lock-step rounds (``actors.sync=true``)
+  0.01 (:mod:`actorq.bench.heavy_tail`), collected in lock-step rounds (``actors.collection=lockstep``)
   and asynchronously, with one and with two (the default) batch requests queued at each
   actor; with the machine's CPU use during the asynchronous run (all cores, 0 to 1): near 1,
   the actors' own work per step, not the collection scheme, sets the rate. Target: async >=

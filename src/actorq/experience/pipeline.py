@@ -52,7 +52,7 @@ from actorq.util.clock import FrameClock
 from actorq.envs import make_env
 from actorq.envs import make_batched_env
 from actorq.util.errors import ConfigError, construct
-from actorq.data.parallel import RankSampling, follow_batches, lead_batches
+from actorq.data.learner_ranks import RankSampling, follow_batches, lead_batches
 from actorq.actors.base import batch_frames
 from actorq.data.replay.base import ReplayBuffer
 from actorq.quant import Payload, QuantizedNetwork, payload_nbytes, policy_divergence, quantize
@@ -135,14 +135,14 @@ class Experience(L.LightningDataModule):
             :class:`~actorq.experience.replay_feed.ReplayFeed` (off-policy learners) or a
             :class:`~actorq.experience.rollout_feed.RolloutFeed` (on-policy learners).
 
-    With ``trainer.devices > 1`` (:mod:`actorq.data.parallel`) only rank 0 builds the replay,
+    With ``trainer.devices > 1`` (:mod:`actorq.data.learner_ranks`) only rank 0 builds the replay,
     the writer and the actors; every rank samples through :attr:`sampling`.
 
     Attributes:
         replay: the feed's :class:`~actorq.data.replay.base.ReplayBuffer` (after ``setup``;
             ``None`` for rollouts).
         sampling: what the learner samples and feeds priorities to: the replay itself, or
-            with several learner ranks a :class:`~actorq.data.parallel.RankSampling` of it
+            with several learner ranks a :class:`~actorq.data.learner_ranks.RankSampling` of it
             (``None`` for rollouts).
         writer: the :class:`~actorq.data.writer.TransitionWriter` that stores batches.
         quant: the precision the actors run at: their policy's (``None`` without one).

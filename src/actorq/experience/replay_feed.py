@@ -1,6 +1,6 @@
 """How an off-policy learner's experience reaches it: the actors' batches go through the
 n-step writer into a replay, which the learner samples (with several learner ranks, each
-rank samples its share through :class:`~actorq.data.parallel.RankSampling`)."""
+rank samples its share through :class:`~actorq.data.learner_ranks.RankSampling`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from actorq.data.parallel import RankSampling, share_arrivals
+from actorq.data.learner_ranks import RankSampling, share_arrivals
 from actorq.data.replay.base import ReplayBuffer
 from actorq.data.replay.factory import is_frames, transition_template
 from actorq.algos.batches import Arrivals
@@ -34,7 +34,7 @@ class ReplayFeed:
             learner rank 0).
         writer: the :class:`~actorq.data.writer.TransitionWriter` that stores batches.
         sampling: what the learner samples and feeds priorities to: the replay itself, or
-            with several learner ranks a :class:`~actorq.data.parallel.RankSampling` of it.
+            with several learner ranks a :class:`~actorq.data.learner_ranks.RankSampling` of it.
     """
 
     kind = "replay"

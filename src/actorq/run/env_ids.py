@@ -82,7 +82,10 @@ def env_overrides(overrides: list[str]) -> list[str]:
         if arg.startswith("env="):
             rewritten += _env_choice(arg, overrides)
         elif arg == alone:  # env.name=ID with nothing else naming the env: as env=ID
-            rewritten += _env_choice(f"env={arg.split('=', 1)[1]}", overrides)
+            try:
+                rewritten += _env_choice(f"env={arg.split('=', 1)[1]}", overrides)
+            except ConfigError as error:  # named as the user named it
+                raise ConfigError(str(error).replace("env=", "env.name=", 1)) from error
         else:
             rewritten.append(arg)
     return rewritten

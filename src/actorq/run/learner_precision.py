@@ -48,7 +48,7 @@ from actorq.util.choice import MARGIN, fastest
 from actorq.util.memory_format import has_layout_choice, set_channels_last
 from actorq.util.atomic import write_text_atomically
 from actorq.util.values import AUTO
-from actorq.data.parallel import launched_rank
+from actorq.data.learner_ranks import launched_rank
 from actorq.quant.timing import single_thread
 from actorq.algos.batches import Sample
 
