@@ -4,8 +4,7 @@ explicit float scales and integer zero points, computed by oneDNN's int8 matmul
 
 No tensor here has a quantized dtype (``torch.qint8``/``torch.quint8``, which PyTorch is
 removing with ``torch.ao.quantization``), and nothing is compiled: a new version's weights
-are prepacked for the kernel when an actor builds it (:class:`Int8Linear`), a few ms for a
-2048 x 2048 layer. With ``quant.engine=plain`` the MLP codecs
+are prepacked for the kernel when an actor builds it (:class:`Int8Linear`). With ``quant.engine=plain`` the MLP codecs
 (:mod:`actorq.quant.codecs.int8_static`, :mod:`~actorq.quant.codecs.int8_dynamic` and their
 fp32-ends recipes) build their actors' trunks from these layers, and ``quant.bits=auto``
 times them beside torch.ao's engines; the payloads are the same plain codes either way.
