@@ -14,7 +14,7 @@ Usage (``tests/integration/test_bench_results.py`` runs the quick form; docs/res
 
     python -m benchmarks.results [--tasks ...] [--seeds 0 1 2] [--impls ...]
                                    [--out-dir bench-results/results] [--budget-scale X | --quick]
-                                   [--max-cells N] [--summarize-only]
+                                   [--max-cells N] [--ours KEY=VALUE ...] [--summarize-only]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -262,7 +262,7 @@ def run_ours(task: Task, bits: int, seed: int, budget: Budget, run_dir: Path) ->
 
 
 def run_suite(cells: list[tuple[str, str, int]], budgets: dict[str, Budget], out_dir: Path,
-              max_cells: int | None = None, quick: bool = False) -> None:
+              max_cells: int | None = None, quick: bool = False, suite: dict[str, Task] | None = None) -> None:
     """Probes the actors of each task with actorq cells for the regime map (unless stored; a
     minute at most each), then runs the unfinished
     cells in order (at most ``max_cells`` of them), one line each with the elapsed time and the
@@ -271,7 +271,7 @@ def run_suite(cells: list[tuple[str, str, int]], budgets: dict[str, Budget], out
     for task in dict.fromkeys(task for task, impl, _ in cells if impl != PEER):
         if not results_regime.probe_path(out_dir, task).is_file():
             print(f"{task}: probing the actors for the regime map (fp32, int8)", flush=True)
-            rates = results_regime.probe(SUITE[task], out_dir, quick)["actor_fps"]
+            rates = results_regime.probe(suite[task], out_dir, quick)["actor_fps"]
             print(f"{task}: actors alone {rates['fp32']:.0f} frames/s fp32, {rates['int8']:.0f} int8", flush=True)
     ran = 0
     for index, (task, impl, seed) in enumerate(cells):
@@ -284,7 +284,7 @@ def run_suite(cells: list[tuple[str, str, int]], budgets: dict[str, Budget], out
             return
         ran += 1
         print(f"[{index + 1}/{len(cells)}] {cell_dir.name}: running ({budgets[task].frames} frames)", flush=True)
-        cell = run_cell(SUITE[task], impl, seed, budgets[task], cell_dir)
+        cell = run_cell(suite[task], impl, seed, budgets[task], cell_dir)
         eta = eta_s(cells[index + 1:], out_dir)
         print(f"[{index + 1}/{len(cells)}] {cell_dir.name}: return {cell['final_return']:.1f} in "
               f"{cell['wall_clock_s']:.0f} s; elapsed {time.perf_counter() - sitting:.0f} s, "
@@ -320,8 +320,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-cells", type=int, default=None,
                         help="run at most this many unfinished cells, then stop (a sitting of bounded length; 0: only "
                              "the tasks' regime probes)")
+    parser.add_argument("--ours", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="overrides added to every actorq cell (an A/B of one setting: give it its own --out-dir)")
     parser.add_argument("--summarize-only", action="store_true", help="rebuild table and plots from finished cells")
     return parser.parse_args(argv)
+
+
+def check_same_overrides(out_dir: Path, ours: Sequence[str]) -> None:
+    """Records ``--ours`` in ``out_dir`` on its first sitting and exits if a later sitting
+    gives others: one table never mixes cells run with different settings."""
+    record = out_dir / "ours_overrides.json"
+    if not record.is_file():
+        write_text_atomically(record, json.dumps(list(ours)))
+        return
+    before = json.loads(record.read_text())
+    if before != list(ours):
+        print(f"benchmarks.results: {out_dir} holds cells run with --ours {' '.join(before) or '(none)'}; "
+              f"give --ours {' '.join(ours) or '(none)'} its own --out-dir", file=sys.stderr)
+        sys.exit(2)
 
 
 def peer_installed() -> bool:
@@ -341,10 +357,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             sys.exit(2)
         budgets = {t: Budget.of(SUITE[t], args.budget_scale, args.quick) for t in args.tasks}
         out_dir.mkdir(parents=True, exist_ok=True)
+        check_same_overrides(out_dir, args.ours)
+        suite = {name: replace(task, ours=(*task.ours, *args.ours)) for name, task in SUITE.items()}
         threads = torch.get_num_threads()
         torch.set_num_threads(args.threads)
         try:
-            run_suite(plan(args.tasks, args.impls, args.seeds), budgets, out_dir, args.max_cells, args.quick)
+            run_suite(plan(args.tasks, args.impls, args.seeds), budgets, out_dir, args.max_cells, args.quick, suite)
         finally:
             torch.set_num_threads(threads)
     document = results_table.summarize(out_dir)

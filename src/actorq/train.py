@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import warnings
@@ -31,12 +32,13 @@ from actorq.actors.policy import actor_policy
 from actorq.actors.processes import start_fork_server
 from actorq.util.atomic import write_text_atomically
 from actorq.callbacks.progress import FrameProgressBar
-from actorq.run.build import build, build_learner, learner_threads, resolve_cadence, resolve_collection
+from actorq.run.build import build, build_learner
 from actorq.run.checks import check_run_config
 from actorq.run.console import lightning_without_adverts
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules, suite_options
 from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
 from actorq.run.learner_precision import resolve_learner_precision
+from actorq.run.plan import RunPlan, make_plan, saved_precision
 from actorq.data.learner_ranks import launched_rank, strategy
 from actorq.quant import resolve_precision
 from actorq.run.resume import (check_checkpoint, check_new_run_dir, find_checkpoint, load_checkpoint,
@@ -72,19 +74,17 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"), options=cfg.env.get("options"))
     spec = EnvSpec.from_env(env)
     learner = build_learner(cfg.algo, spec, cfg.env.name)
-    resolve_collection(cfg, learner)
-    resolve_cadence(cfg, learner)
-    threads = learner_threads(cfg)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    learner_precision = resolve_learner_precision(cfg.trainer.precision, learner,
-                                                  cfg.trainer.get("accelerator", "auto"))
-    cfg.trainer.precision = learner_precision.precision  # "auto" resolved, for every Trainer built below
+    plan = make_plan(cfg, learner)
+    if plan.learner_threads is not None:
+        torch.set_num_threads(plan.learner_threads)
+    learner_precision = resolve_learner_precision(cfg.trainer.precision, learner, cfg.trainer.get("accelerator", "auto"),
+                                                  saved=saved_precision(run_dir) if resume_from else None)
+    plan = dataclasses.replace(plan, learner_precision=learner_precision)
     learner_precision.lay_out(learner)  # conv trunks: the layout auto measured faster
-    callbacks = {name: build(node) for name, node in cfg.callbacks.items() if node is not None}
+    callbacks = {name: build(node, **plan.callback(name)) for name, node in cfg.callbacks.items() if node is not None}
     logger = build(cfg.logger)
     if launched_rank() > 0:
-        return follow(cfg, learner, list(callbacks.values()), logger, resume_from)
+        return follow(cfg, plan, learner, list(callbacks.values()), logger, resume_from)
 
     quant = build(cfg.quant)
     if checkpoint is not None:
@@ -97,14 +97,16 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         del checkpoint  # Lightning reads it again (weights_only) when it restores the run
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomically(run_dir / "config.yaml", config_yaml(cfg))
+    plan.save(run_dir)
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
         if resume_from is None:  # a resumed run's curves already start with it
             logger.log_metrics(choice.metrics(), step=0)
-    experience = connect_experience(cfg, learner, actor_policy(learner, quant, observations), config)
+    experience = connect_experience(cfg, plan, learner, actor_policy(learner, quant, observations), config)
     bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
-    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=[*callbacks.values(), *bar],
-                    logger=logger, enable_checkpointing=has_checkpoints(callbacks.values()))
+    trainer = build(cfg.trainer, **plan.trainer, strategy=strategy(cfg.trainer.devices),
+                    callbacks=[*callbacks.values(), *bar], logger=logger,
+                    enable_checkpointing=has_checkpoints(callbacks.values()))
 
     interrupted = failed = None
     try:
@@ -136,8 +138,9 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     return summary, objects
 
 
-def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | None = None) -> Experience:
-    """The run's experience pipeline, fed in the learner family's way and handed what it needs
+def connect_experience(cfg: DictConfig, plan: RunPlan, learner, actor_policy, config: dict | None = None) -> Experience:
+    """The run's experience pipeline, its actors as ``plan`` has them collect, fed in the
+    learner family's way and handed what it needs
     of the learner (its frame clock, n-step settings and planned updates), and handed to the
     learner to learn from."""
     spec = ExperienceSpec(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"),
@@ -148,19 +151,20 @@ def connect_experience(cfg: DictConfig, learner, actor_policy, config: dict | No
                           planned_updates=learner.planned_updates(int(cfg.actors.total_frames)))
     else:
         feed = RolloutFeed()
-    experience = Experience(spec, make_actors=build(cfg.actors), actor_policy=actor_policy, clock=learner.clock,
+    experience = Experience(spec, make_actors=build(cfg.actors, **plan.actors), actor_policy=actor_policy, clock=learner.clock,
                             feed=feed)
     learner.learn_from(experience)
     return experience
 
 
-def follow(cfg: DictConfig, learner, callbacks: list, logger, resume_from: str | None) -> tuple[dict, dict]:
+def follow(cfg: DictConfig, plan: RunPlan, learner, callbacks: list, logger, resume_from: str | None
+           ) -> tuple[dict, dict]:
     """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.data.learner_ranks`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
-    experience = connect_experience(cfg, learner, actor_policy=None)
+    experience = connect_experience(cfg, plan, learner, actor_policy=None)
     checkpoints = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
-    trainer = build(cfg.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger,
+    trainer = build(cfg.trainer, **plan.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger,
                     enable_checkpointing=has_checkpoints(checkpoints))
     try:
         trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)

@@ -156,9 +156,21 @@ def test_periodic_checkpoints_keep_the_last_two(resumed):
 
 
 PPO_OVERRIDES = ["+experiment=ppo_cartpole", "quant.bits=8", "algo.normalize_observations=true",
-                 "eval.every_frames=100000", "~callbacks.carbon", "trainer.enable_progress_bar=false"]
+                 "eval.every_frames=100000", "~callbacks.carbon", "trainer.enable_progress_bar=false",
+                 "trainer.precision=auto"]
 PPO_STOP, PPO_TOTAL = 1024, 1536
 INT8_KL = 1e-4  # what int8 actors alone cost, running the very version they were pushed, stays far below
+
+
+def check_and_plant_plan(run_dir: Path, decided: dict) -> None:
+    """Checks the plan ``run_dir``'s PPO run saved (its family's choices, the learner precision
+    it measured: ``decided``) and rewrites that precision's reason, which a resume that timed
+    again would not give."""
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert (plan["collection"], plan["push_every_n_steps"], plan["init_random_frames"]) == ("lockstep", 1, 0)
+    assert plan["learner_precision"] == decided and decided["choice"] == "auto"
+    plan["learner_precision"]["reason"] = "planted before the stop"
+    (run_dir / "plan.json").write_text(json.dumps(plan))
 
 
 def test_the_first_ppo_rollout_after_a_resume_runs_the_policy_before_the_stop(tmp_path):
@@ -172,7 +184,11 @@ def test_the_first_ppo_rollout_after_a_resume_runs_the_policy_before_the_stop(tm
         with initialize_config_module("actorq.conf", version_base="1.3"):
             cfg = compose("config", overrides=[*PPO_OVERRIDES, f"actors.total_frames={total}", f"run_dir={tmp_path}",
                                                *resume])
-        train(cfg)
+        summary, _ = train(cfg)
+        if not resume:
+            check_and_plant_plan(tmp_path, summary["learner_precision"])
+    # the resumed run kept the learner precision its plan measured, untimed
+    assert summary["learner_precision"]["reason"].startswith("planted before the stop")
     kl = dict(scalars(tmp_path / "tb")["train/kl_behaviour"])
     before = [kl[frames] for frames in range(256, PPO_STOP + 1, 256)]
     assert max(before) < INT8_KL, before

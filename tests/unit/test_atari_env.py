@@ -348,6 +348,7 @@ def test_a_runs_env_options_reach_its_actor_workers_and_its_evaluation(make_cfg,
     from actorq.actors.policy import actor_policy
     from actorq.quant import QuantSpec
     from actorq.run.build import build_learner
+    from actorq.run.plan import make_plan
     from actorq.tools.agent import Agent
     from actorq.envs import EnvSpec
     from actorq.train import connect_experience
@@ -356,7 +357,7 @@ def test_a_runs_env_options_reach_its_actor_workers_and_its_evaluation(make_cfg,
                    "actors.collection=async")
     learner = build_learner(cfg.algo, EnvSpec.from_env(make_env("breakout", options=cfg.env.options)), "breakout")
     policy = actor_policy(learner, QuantSpec(bits=32), torch.zeros(1, 4, 84, 84, dtype=torch.uint8))
-    experience = connect_experience(cfg, learner, policy)
+    experience = connect_experience(cfg, make_plan(cfg, learner), learner, policy)
     monkeypatch.setattr(actorq.actors.pool, "ActorPool", lambda spec, policy, writer=None: spec)
     worker = experience._start_actors()
     assert same_game_in_every_env(worker.worker_env()()) == (noop_max == 0)

@@ -210,21 +210,21 @@ def test_gathered_rounds_merge_batches_as_they_arrive_and_number_a_workers_batch
 def test_an_on_policy_run_refuses_what_it_cannot_do_in_one_line(setting, message):
     from omegaconf import OmegaConf
 
-    from actorq.run.build import resolve_collection
+    from actorq.run.plan import plan_collection
     from actorq.util.errors import ConfigError
 
     cfg = OmegaConf.merge({"actors": {"collection": "auto", "init_random_frames": 0},
                            "trainer": {"devices": 1, "precision": "32-true"}}, setting)
     with pytest.raises(ConfigError, match=message):
-        resolve_collection(cfg, A2CLike(DISCRETE))
+        plan_collection(cfg, A2CLike(DISCRETE))
     fine = OmegaConf.create({"actors": {"collection": "auto", "init_random_frames": 0},
                              "trainer": {"devices": 1, "precision": "32-true"}})
-    resolve_collection(fine, A2CLike(DISCRETE))
-    assert fine.actors.collection == "lockstep"
+    assert plan_collection(fine, A2CLike(DISCRETE)) == ("lockstep", 1)
+    assert fine.actors.collection == "auto"  # the plan holds the choice; the config is not written back
 
 
 def cadence_config(**changes):
-    """What :func:`actorq.run.build.resolve_cadence` reads of a run config left at its defaults."""
+    """What :func:`actorq.run.plan.plan_cadence` reads of a run config left at its defaults."""
     from omegaconf import OmegaConf
 
     return OmegaConf.merge({"actors": {"init_random_frames": None},
@@ -233,15 +233,12 @@ def cadence_config(**changes):
 
 def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_leaves_them_null():
     from actorq.algos.dqn import DQN
-    from actorq.run.build import resolve_cadence
+    from actorq.run.plan import plan_cadence
 
     for learner, cadence, random_frames in ((A2CLike(DISCRETE), 1, 0), (DQN(DISCRETE, Exploration(0.1), hidden=(8,)), 100, 1000)):
-        cfg = cadence_config()
-        resolve_cadence(cfg, learner)
-        assert (cfg.callbacks.push.every_n_steps, cfg.actors.init_random_frames) == (cadence, random_frames)
+        assert plan_cadence(cadence_config(), learner) == (random_frames, cadence)
     cfg = cadence_config(actors={"init_random_frames": 50}, callbacks={"push": {"every_n_steps": 7}})
-    resolve_cadence(cfg, DQN(DISCRETE, Exploration(0.1), hidden=(8,)))  # an off-policy run's own choice stands
-    assert (cfg.callbacks.push.every_n_steps, cfg.actors.init_random_frames) == (7, 50)
+    assert plan_cadence(cfg, DQN(DISCRETE, Exploration(0.1), hidden=(8,))) == (50, 7)  # an off-policy run's own
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -251,13 +248,13 @@ def test_each_family_gets_its_own_push_cadence_and_random_frames_where_the_run_l
     ({"callbacks": {"push": None}}, "it needs callbacks.push to push it after every rollout"),
 ])
 def test_an_on_policy_run_refuses_a_cadence_that_has_its_actors_run_another_policy(changes, message):
-    from actorq.run.build import resolve_cadence
+    from actorq.run.plan import plan_cadence
     from actorq.util.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
-        resolve_cadence(cadence_config(**changes), A2CLike(DISCRETE))
+        plan_cadence(cadence_config(**changes), A2CLike(DISCRETE))
     fine = cadence_config(actors={"init_random_frames": 0}, callbacks={"push": {"every_n_steps": 1}})
-    resolve_cadence(fine, A2CLike(DISCRETE))
+    assert plan_cadence(fine, A2CLike(DISCRETE)) == (0, 1)
 
 
 def test_vtrace_with_the_behaviour_policy_as_target_is_gae():
@@ -365,24 +362,23 @@ def test_a_rollout_of_one_step_is_a_td_error_for_gae_and_vtrace():
 def test_auto_collection_overlaps_acting_and_learning_on_frames_and_keeps_lock_step_on_vectors():
     from omegaconf import OmegaConf
 
-    from actorq.run.build import resolve_collection
+    from actorq.run.plan import plan_collection
 
     frames = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
     for spec, expected in ((DISCRETE, "lockstep"), (frames, "async")):
         cfg = OmegaConf.create({"actors": {"collection": "auto", "init_random_frames": 0, "num_workers": 1},
                                 "trainer": {"devices": 1, "precision": "32-true"}})
         learner = A2CLike(spec)
-        resolve_collection(cfg, learner)
-        assert (cfg.actors.collection, learner.asynchronous) == (expected, expected == "async")
+        collection, _ = plan_collection(cfg, learner)
+        assert (collection, learner.asynchronous) == (expected, expected == "async")
 
 
 def test_the_learner_takes_the_cores_its_actors_leave_while_they_collect():
-    from omegaconf import OmegaConf
 
-    from actorq.run.build import learner_threads
+    from actorq.run.plan import learner_threads
 
-    def threads(environ=None, **actors):
-        return learner_threads(OmegaConf.create({"actors": {"backend": "process", "num_workers": 1, **actors}}),
+    def threads(environ=None, collection="async", **actors):
+        return learner_threads({"backend": "process", "num_workers": 1, **actors}, collection,
                                cores=4, environ=environ or {})
 
     assert threads(collection="lockstep") == 4  # the actors wait while it learns

@@ -121,7 +121,7 @@ def choose(timings_ms: dict[str, float], margin: float = MARGIN) -> tuple[str, s
 
 
 def resolve_learner_precision(precision: str | int, learner: Learner | None,
-                              accelerator: str = "auto") -> LearnerPrecision:
+                              accelerator: str = "auto", saved: dict | None = None) -> LearnerPrecision:
     """What ``trainer.precision`` means for this learner here (see the module's docstring).
 
     Args:
@@ -129,6 +129,8 @@ def resolve_learner_precision(precision: str | int, learner: Learner | None,
         learner: the learner, complete (its networks, optimizers and batch size are timed on a
             copy; the learner itself and the global random state are left untouched).
         accelerator: ``trainer.accelerator``: where the learner's updates will run.
+        saved: the decision a resumed run's plan holds (``plan.json``): where it was ``"auto"``'s
+            and still is, kept untimed (timing again could switch precision in the middle of a run).
 
     Example:
         >>> resolve_learner_precision("32-true", learner=None).reason
@@ -137,7 +139,12 @@ def resolve_learner_precision(precision: str | int, learner: Learner | None,
     inherited = os.environ.get(RANK_ENV)
     if launched_rank() > 0 and inherited:  # a learner rank runs rank 0's decision
         return LearnerPrecision(**json.loads(inherited))
-    decided = with_micro_batches(_decide(str(precision), learner, accelerator), learner, accelerator)
+    if saved is not None and str(precision) == AUTO and saved.get("choice") == AUTO:
+        kept = " (kept from the run's plan)"
+        reason = saved["reason"] if saved["reason"].endswith(kept) else saved["reason"] + kept
+        decided = dataclasses.replace(LearnerPrecision(**saved), reason=reason)
+    else:
+        decided = with_micro_batches(_decide(str(precision), learner, accelerator), learner, accelerator)
     os.environ[RANK_ENV] = json.dumps(decided.summary())
     return decided
 
