@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from actorq.run.build import check_job
+from actorq.envs import EnvSpec, make_env
+from actorq.run.build import build_learner, check_job
+from actorq.run.plan import make_plan
 from actorq.train import train
 from tests.conftest import TINY_ON_POLICY
 from tests.helpers import scalars
@@ -30,5 +32,8 @@ def test_ppo_without_an_experiment_pushes_after_every_rollout_and_lags_by_nothin
 @pytest.mark.parametrize(("algo", "env"), [("dqn", "cartpole"), ("sac", "pendulum")])
 def test_off_policy_runs_push_every_100_learner_steps_after_1000_random_frames(make_cfg, algo, env):
     cfg = make_cfg(f"algo={algo}", f"env={env}")
-    check_job(cfg)  # what train() resolves before it builds the callbacks and the actors
-    assert cfg.callbacks.push.every_n_steps == 100 and cfg.actors.init_random_frames == 1000
+    check_job(cfg)  # what a sweep checks of each job: the plan, and every object built with it
+    env_ = make_env(cfg.env.name, seed=cfg.seed)
+    plan = make_plan(cfg, build_learner(cfg.algo, EnvSpec.from_env(env_), cfg.env.name))
+    assert (plan.push_every_n_steps, plan.init_random_frames) == (100, 1000)
+    assert cfg.callbacks.push.every_n_steps is None and cfg.actors.init_random_frames is None  # never written back
