@@ -266,7 +266,9 @@ def run_suite(cells: list[tuple[str, str, int]], budgets: dict[str, Budget], out
     """Probes the actors of each task with actorq cells for the regime map (unless stored; a
     minute at most each), then runs the unfinished
     cells in order (at most ``max_cells`` of them), one line each with the elapsed time and the
-    ETA of the rest, and rebuilds the table after each."""
+    ETA of the rest, and rebuilds the table after each. ``suite``: the tasks (default
+    :data:`SUITE`; ``--ours`` adds overrides to our cells)."""
+    suite = SUITE if suite is None else suite
     sitting = time.perf_counter()
     for task in dict.fromkeys(task for task, impl, _ in cells if impl != PEER):
         if not results_regime.probe_path(out_dir, task).is_file():

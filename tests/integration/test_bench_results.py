@@ -51,6 +51,27 @@ def test_results_cells_resume_and_table(tmp_path, capsys):
     results.main(args)
     assert (peer / "cell.json").is_file() and not (peer / "leftover.tmp").exists()
     assert cells["dqn_cartpole-actorq-fp32-seed0"].stat().st_mtime_ns == written["dqn_cartpole-actorq-fp32-seed0"]
+    check_an_ab_of_one_setting(tmp_path, out, capsys)
+
+
+def check_an_ab_of_one_setting(tmp_path, default, capsys):
+    """``--ours`` reaches our cells and is kept to its own out-dir; ``benchmarks.compare_curves``
+    plots the A/B's cells beside the default's."""
+    from benchmarks import compare_curves
+
+    with pytest.raises(SystemExit):  # the default's out-dir holds cells run without it
+        results.main([*QUICK, "--out-dir", str(default), "--ours", "algo.gamma=0.9"])
+    ab = tmp_path / "gamma"
+    shutil.copytree(default / "regime", ab / "regime")  # the same task's actors, probed already
+    results.main(["--quick", "--tasks", "dqn_cartpole", "--seeds", "0", "--impls", "actorq-fp32",
+                  "--out-dir", str(ab), "--ours", "algo.gamma=0.9"])
+    config = (ab / "cells" / "dqn_cartpole-actorq-fp32-seed0" / "run" / "config.yaml").read_text()
+    assert "gamma: 0.9\n" in config
+    capsys.readouterr()
+    finals = compare_curves.main(["--task", "dqn_cartpole", "--name", "gamma_ab", "--out", str(tmp_path / "plots"),
+                                  f"default={default}:actorq-fp32", f"gamma 0.9={ab}:actorq-fp32", f"SB3={default}:sb3"])
+    assert list(finals) == ["default", "gamma 0.9", "SB3"] and all(len(v) == 1 for v in finals.values())
+    assert (tmp_path / "plots" / "gamma_ab_return_vs_frames.png").stat().st_size > 0
 
 
 def test_an_on_policy_task_is_probed_in_lock_step(tmp_path):
