@@ -116,7 +116,8 @@ class ActorSpec:
         waiting_batches: in asynchronous collection, how many batches the workers handed over
             may wait for the learner before a worker waits too (``None``: one per worker).
             Every waiting batch is one more policy version a later batch may lag the learner
-            by; an on-policy learner's pipeline asks for ``gather``.
+            by; an on-policy learner's pipeline asks for 0: each worker collects its next
+            batch while the learner trains on its last, one version behind.
         gather: in asynchronous collection, how many workers' batches make one batch for the
             learner, taken as they arrive and merged as a lock-step round is
             (:func:`gather_rounds`). 1 (or ``None``): each worker's batch as it arrives.

@@ -323,6 +323,23 @@ class _Receiver:
         self._thread.join(timeout)
 
 
+class _Direct:
+    """The workers' batches taken by the learner itself (``waiting_batches=0``): a worker's
+    go-ahead for its next batch goes out when the learner takes this one, so it collects the
+    next batch while the learner trains on this one, with the weights pushed last, and a
+    batch lags the learner by one policy version. (With a :class:`_Receiver`, the batch on
+    its thread and those waiting in its queue each add one.)"""
+
+    def __init__(self, batches: Iterator[TensorDictBase | None]):
+        self._batches = batches
+
+    def next(self) -> TensorDictBase | None:
+        return next(self._batches)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Nothing runs on a thread of its own."""
+
+
 def _is_running(process: multiprocessing.Process) -> bool:
     """Whether ``process`` runs (a closed process object does not: ``is_alive`` refuses it)."""
     try:
@@ -393,7 +410,7 @@ class ActorPool(ActorPoolBase):
         self._dropped_before = 0  # by collectors that were replaced
         self._collected_before = 0  # by collectors that were replaced
         self._unused_before = 0  # saved at a restart but past the budget
-        self._receiver: _Receiver | None = None
+        self._receiver: _Receiver | _Direct | None = None
         self.collector = self._start(spec.total_frames - spec.frames_done)
 
     def _start(self, total_frames: int) -> _Collector:
@@ -435,9 +452,10 @@ class ActorPool(ActorPoolBase):
             return 0
         return self._unused_before + self.collector.in_flight_frames()
 
-    def _receive(self) -> _Receiver:
+    def _receive(self) -> _Receiver | _Direct:
         self._close_receiver()
-        self._receiver = _Receiver(iter(self.collector), depth=self.spec.waiting_batches or self.spec.num_workers)
+        depth = self.spec.num_workers if self.spec.waiting_batches is None else self.spec.waiting_batches
+        self._receiver = _Receiver(iter(self.collector), depth) if depth else _Direct(iter(self.collector))
         return self._receiver
 
     def _close_receiver(self) -> None:

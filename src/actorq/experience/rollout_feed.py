@@ -31,8 +31,9 @@ class RolloutFeed:
         """Nothing to build: a rollout is used as it arrives."""
 
     def actor_settings(self) -> dict[str, Any]:
-        # A rollout waiting for the learner ages by a policy version per batch trained.
-        return {"waiting_batches": 1}
+        # A rollout waiting for the learner ages by a policy version per batch trained: none
+        # waits, each worker collects its next one while the learner trains (one version behind).
+        return {"waiting_batches": 0}
 
     def receive(self, batch: TensorDictBase) -> Arrivals:
         self.previous, self.last = self.last, batch
