@@ -8,7 +8,8 @@ Usage::
         --out docs/img/results "async (default)=A:actorq-int8" "lock-step=B:actorq-int8" "SB3=A:sb3"
 
 Writes ``NAME_return_vs_frames.png`` (and ``..._vs_time.png``, meaningful only where every cell
-ran alone) into ``--out`` and prints each label's final returns.
+ran alone) into ``--out`` and prints each label's final returns (mean ± population standard
+deviation, as the results table).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
     args.out.mkdir(parents=True, exist_ok=True)
     files = plot_experiment(args.name, curves, args.out, target=None)
     for label, values in finals.items():
-        spread = f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else ""
+        spread = f" ± {statistics.pstdev(values):.1f}" if len(values) > 1 else ""  # as the results table
         print(f"{label}: {statistics.fmean(values):.1f}{spread} ({', '.join(f'{v:.1f}' for v in values)})")
     print("\n".join(str(f) for f in files))
     return finals
