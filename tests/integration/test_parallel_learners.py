@@ -70,7 +70,7 @@ def test_two_learner_ranks_stay_identical_and_only_rank_zero_writes(tmp_path):
     events = [name for name in written if name.startswith("tb/events.out.tfevents")]
     assert len(events) == 1, written
     assert set(written) - set(events) - set(hydra) == {
-        "config.yaml", "summary.json", "tb/hparams.yaml", "checkpoints/frames=600.ckpt",
+        "config.yaml", "plan.json", "summary.json", "tb/hparams.yaml", "checkpoints/frames=600.ckpt",
         "checkpoints/frames=1200.ckpt", "checkpoints/last.ckpt"}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]  # nothing outside the run dir
     curves = scalars(run_dir / "tb", lambda name: name.startswith("events"))
