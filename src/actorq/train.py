@@ -1,4 +1,5 @@
-"""``train(cfg)``: the whole recipe, top to bottom, from a composed Hydra config.
+"""``train(cfg)``: one run from a composed Hydra config: its parts assembled
+(:func:`actorq.run.assemble.assemble`), its config and plan saved, the fit, and the summary.
 
 Example:
     >>> import tempfile
@@ -16,33 +17,19 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-import lightning as L
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from actorq.actors.policy import actor_policy
-from actorq.actors.processes import start_fork_server
-from actorq.util.atomic import write_text_atomically
-from actorq.callbacks.progress import FrameProgressBar
-from actorq.run.build import build, build_learner
-from actorq.run.checks import check_run_config
+from actorq.experience import Experience
+from actorq.run.assemble import RunParts, assemble
 from actorq.run.console import lightning_without_adverts
-from actorq.envs import EnvSpec, make_env, random_observations, suite_modules, suite_options
-from actorq.experience import Experience, ExperienceSpec, ReplayFeed, RolloutFeed
-from actorq.run.learner_precision import resolve_learner_precision
-from actorq.run.plan import RunPlan, make_plan, saved_precision
-from actorq.data.learner_ranks import launched_rank, strategy
-from actorq.quant import resolve_precision
-from actorq.run.resume import (check_checkpoint, check_new_run_dir, find_checkpoint, load_checkpoint,
-                               resumed_precision, started_experiment)
+from actorq.run.resume import started_experiment
+from actorq.util.atomic import write_text_atomically
 
 log = logging.getLogger(__name__)
 lightning_without_adverts()
@@ -60,130 +47,65 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         The summary written to ``summary.json`` and the live objects for inspection: learner,
         experience, trainer, callbacks (by their name under ``callbacks``), precision_choice.
     """
-    check_run_config(cfg)
-    if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
-        start_fork_server()  # its imports overlap building the run, before the actors start
-    run_dir = Path(cfg.run_dir)
-    resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
-    if launched_rank() == 0:  # the other ranks of a multi-process learner share rank 0's run dir
-        check_new_run_dir(run_dir, resume_from)
-    checkpoint = load_checkpoint(resume_from) if resume_from else None
-    config = OmegaConf.to_container(cfg, resolve=True)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-
-    env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"), options=cfg.env.get("options"))
-    spec = EnvSpec.from_env(env)
-    learner = build_learner(cfg.algo, spec, cfg.env.name)
-    plan = make_plan(cfg, learner)
-    if plan.learner_threads is not None:
-        torch.set_num_threads(plan.learner_threads)
-    learner_precision = resolve_learner_precision(cfg.trainer.precision, learner, cfg.trainer.get("accelerator", "auto"),
-                                                  saved=saved_precision(run_dir) if resume_from else None)
-    plan = dataclasses.replace(plan, learner_precision=learner_precision)
-    learner_precision.lay_out(learner)  # conv trunks: the layout auto measured faster
-    callbacks = {name: build(node, **plan.callback(name)) for name, node in cfg.callbacks.items() if node is not None}
-    logger = build(cfg.logger)
-    if launched_rank() > 0:
-        return follow(cfg, plan, learner, list(callbacks.values()), logger, resume_from)
-
-    quant = build(cfg.quant)
-    if checkpoint is not None:
-        quant = resumed_precision(checkpoint, quant)
-    observations = random_observations(env, quant.calibration_samples)
-    quant, choice = resolve_precision(learner.behaviour_network, quant, cfg.actors.envs_per_worker,
-                                      observations, discrete=spec.discrete)
-    if checkpoint is not None:
-        check_checkpoint(checkpoint, resume_from, config, learner, quant)
-        del checkpoint  # Lightning reads it again (weights_only) when it restores the run
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(run_dir / "config.yaml", config_yaml(cfg))
-    plan.save(run_dir)
+    run = assemble(cfg)
+    if run.follower:
+        return follow(run)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(run.run_dir / "config.yaml", config_yaml(cfg))
+    run.plan.save(run.run_dir)
+    choice = run.precision_choice
     if choice is not None:
-        log.info("quant.bits=auto picked %s: %s", quant.describe(), choice.metrics())
-        if resume_from is None:  # a resumed run's curves already start with it
-            logger.log_metrics(choice.metrics(), step=0)
-    experience = connect_experience(cfg, plan, learner, actor_policy(learner, quant, observations), config)
-    bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
-    trainer = build(cfg.trainer, **plan.trainer, strategy=strategy(cfg.trainer.devices),
-                    callbacks=[*callbacks.values(), *bar], logger=logger,
-                    enable_checkpointing=has_checkpoints(callbacks.values()))
+        log.info("quant.bits=auto picked %s: %s", run.quant.describe(), choice.metrics())
+        if run.resume_from is None:  # a resumed run's curves already start with it
+            run.logger.log_metrics(choice.metrics(), step=0)
 
     interrupted = failed = None
     try:
         with warnings.catch_warnings():
-            if resume_from is not None:  # it continues in its own run dir, next to its checkpoints
+            if run.resume_from is not None:  # it continues in its own run dir, next to its checkpoints
                 warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
-            trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
+            run.trainer.fit(run.learner, datamodule=run.experience, ckpt_path=run.resume_from, weights_only=True)
     except SystemExit as stop:  # Lightning's way out after SIGTERM or Ctrl-C, once torn down
-        interrupted = Interrupted(143 if trainer.received_sigterm else 130)
+        interrupted = Interrupted(143 if run.trainer.received_sigterm else 130)
         interrupted.__cause__ = stop
     except Exception as error:  # the summary says the run failed, and why, before it is raised
         failed = error
     finally:
-        experience.shutdown()
-    wall_clock = learner.wall_clock  # a resumed run's time before the resume included
+        run.experience.shutdown()
+    wall_clock = run.learner.wall_clock  # a resumed run's time before the resume included
 
-    summary = make_summary(learner, experience, wall_clock, learner_precision.summary(), callbacks.values())
+    summary = make_summary(run.learner, run.experience, wall_clock, run.plan.learner_precision.summary(),
+                           run.callbacks.values())
     if interrupted is not None:
         summary["status"] = "interrupted"
     if failed is not None:
         summary.update(status="failed", error=f"{type(failed).__name__}: {failed}")
-    write_summary(run_dir / "summary.json", summary, resumed=resume_from is not None)
+    write_summary(run.run_dir / "summary.json", summary, resumed=run.resume_from is not None)
     if interrupted is not None:
         raise interrupted
     if failed is not None:
         raise failed
-    objects = {"learner": learner, "experience": experience, "trainer": trainer, "callbacks": callbacks,
-               "precision_choice": choice}
+    objects = {"learner": run.learner, "experience": run.experience, "trainer": run.trainer,
+               "callbacks": run.callbacks, "precision_choice": choice}
     return summary, objects
 
 
-def connect_experience(cfg: DictConfig, plan: RunPlan, learner, actor_policy, config: dict | None = None) -> Experience:
-    """The run's experience pipeline, its actors as ``plan`` has them collect, fed in the
-    learner family's way and handed what it needs
-    of the learner (its frame clock, n-step settings and planned updates), and handed to the
-    learner to learn from."""
-    spec = ExperienceSpec(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"),
-                          env_modules=suite_modules(cfg.env.get("module")),
-                          env_options=suite_options(cfg.env.get("options")), config=config)
-    if learner.experience_kind == "replay":
-        feed = ReplayFeed(build(cfg.replay), n_step=getattr(learner, "n_step", 1), gamma=learner.gamma,
-                          planned_updates=learner.planned_updates(int(cfg.actors.total_frames)))
-    else:
-        feed = RolloutFeed()
-    experience = Experience(spec, make_actors=build(cfg.actors, **plan.actors), actor_policy=actor_policy, clock=learner.clock,
-                            feed=feed)
-    learner.learn_from(experience)
-    return experience
-
-
-def follow(cfg: DictConfig, plan: RunPlan, learner, callbacks: list, logger, resume_from: str | None
-           ) -> tuple[dict, dict]:
+def follow(run: RunParts) -> tuple[dict, dict]:
     """Learner ranks 1..N-1 of ``trainer.devices=N`` (:mod:`actorq.data.learner_ranks`): the same
     learner, restored from the same checkpoint and taking part in the same checkpoints as rank
     0, with no actors, no replay, no evaluation and no outputs of its own."""
-    experience = connect_experience(cfg, plan, learner, actor_policy=None)
-    checkpoints = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
-    trainer = build(cfg.trainer, **plan.trainer, strategy=strategy(cfg.trainer.devices), callbacks=checkpoints, logger=logger,
-                    enable_checkpointing=has_checkpoints(checkpoints))
     try:
-        trainer.fit(learner, datamodule=experience, ckpt_path=resume_from, weights_only=True)
+        run.trainer.fit(run.learner, datamodule=run.experience, ckpt_path=run.resume_from, weights_only=True)
     finally:
-        experience.shutdown()
-    return {"status": "completed", "rank": trainer.global_rank, "learners": learner.learner_ranks}, \
-        {"learner": learner, "experience": experience, "trainer": trainer}
+        run.experience.shutdown()
+    return {"status": "completed", "rank": run.trainer.global_rank, "learners": run.learner.learner_ranks}, \
+        {"learner": run.learner, "experience": run.experience, "trainer": run.trainer}
 
 
 class Interrupted(SystemExit):
     """A run stopped by SIGTERM (exit code 143) or Ctrl-C (130) after it wrote its final
     checkpoint (``ModelCheckpoint(save_on_exception=True)``) and a summary marked
     ``"status": "interrupted"``; a job scheduler sees a failure, not a success."""
-
-
-def has_checkpoints(callbacks: list) -> bool:
-    """Whether the run writes checkpoints: only through its own checkpoint callback, never
-    Lightning's default ``ModelCheckpoint`` (``callbacks=no_checkpoint`` writes none)."""
-    return any(isinstance(callback, ModelCheckpoint) for callback in callbacks)
 
 
 def write_summary(path: Path, summary: dict, resumed: bool = False) -> None:

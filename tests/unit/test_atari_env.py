@@ -351,7 +351,7 @@ def test_a_runs_env_options_reach_its_actor_workers_and_its_evaluation(make_cfg,
     from actorq.run.plan import make_plan
     from actorq.tools.agent import Agent
     from actorq.envs import EnvSpec
-    from actorq.train import connect_experience
+    from actorq.run.assemble import connect_experience
 
     cfg = make_cfg("+experiment=dqn_breakout", f"env.options.noop_max={noop_max}", "actors.envs_per_worker=3",
                    "actors.collection=async")
