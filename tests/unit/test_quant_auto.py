@@ -7,7 +7,7 @@ import torch
 
 from actorq.envs import EnvSpec
 from actorq.algos.networks import DeterministicActor
-from actorq.quant import QuantizedNetwork, QuantSpec, choose, resolve_precision, select_precision
+from actorq.quant import QuantizedNetwork, QuantSpec, choose, onednn, resolve_precision, select_precision
 from actorq.quant.auto import candidate_specs
 
 SPEC = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
@@ -101,8 +101,6 @@ def test_width_1024_batch_16_picks_int8_and_returns_that_candidates_network():
 
 
 def test_auto_picks_plain_int8_tensors_where_their_timings_win_and_the_actors_run_them(monkeypatch):
-    from actorq.quant import onednn
-
     torch.manual_seed(0)
     actor = DeterministicActor(SPEC, (1024, 1024, 1024)).eval()
     observations = torch.randn(256, SPEC.obs_dim)
@@ -202,35 +200,46 @@ def test_auto_times_every_codec_marked_as_a_candidate_and_keeps_only_faithful_on
 # every int8 copy slower than fp32 (made up, near what the x86 engine measured before the
 # first stage stayed fp32), and as measured with it (onednn's copies the fastest).
 CONV_SLOWER_INT8_US = {"fp32": 13937.0, "int8_static": 15770.0, "int8_static_fp32_ends": 14500.0,
-                       "int8_static_onednn": 14100.0, "int8_static_fp32_ends_onednn": 14000.0}
+                       "int8_static_onednn": 14100.0, "int8_static_fp32_ends_onednn": 14000.0,
+                       "int8_static_plain": 14300.0, "int8_static_fp32_ends_plain": 14400.0}
 CONV_FASTER_INT8_US = {"fp32": 13560.0, "int8_static": 15560.0, "int8_static_fp32_ends": 11816.0,
-                       "int8_static_onednn": 11160.0, "int8_static_fp32_ends_onednn": 10056.0}
+                       "int8_static_onednn": 11160.0, "int8_static_fp32_ends_onednn": 10056.0,
+                       "int8_static_plain": 10900.0, "int8_static_fp32_ends_plain": 10800.0}
 
 
 # Nature-CNN has no first stage kept fp32: its two int8 copies would be the same, one is timed.
-NATURE_US = {"fp32": 2773.0, "int8_static_fp32_ends": 1970.0, "int8_static_fp32_ends_onednn": 1997.0}
+NATURE_US = {"fp32": 2773.0, "int8_static_fp32_ends": 1970.0, "int8_static_fp32_ends_onednn": 1997.0,
+             "int8_static_fp32_ends_plain": 2100.0}
+NATURE_PLAIN_FASTEST_US = {**NATURE_US, "int8_static_fp32_ends_plain": 1200.0}
 
 
 @pytest.mark.parametrize(("trunk", "timings", "picked"), [("impala", CONV_SLOWER_INT8_US, "fp32"),
                                                           ("impala", CONV_FASTER_INT8_US, "int8_static_fp32_ends_onednn"),
-                                                          ("nature", NATURE_US, "int8_static_fp32_ends")])
+                                                          ("nature", NATURE_US, "int8_static_fp32_ends"),
+                                                          ("nature", NATURE_PLAIN_FASTEST_US, "int8_static_fp32_ends_plain")])
 def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_picked_by_its_timings(
         monkeypatch, trunk, timings, picked):
-    """A pixel policy's candidates are fp32 and, on each engine, the int8 copy with its first
-    stage in fp32 and, where it has one (IMPALA-CNN), with every layer in int8 (no bf16 or int8
-    dynamic: they run MLPs only);
+    """A pixel policy's candidates are fp32 and, on each engine (``plain`` included), the int8
+    copy with its first stage in fp32 and, where it has one (IMPALA-CNN), with every layer in
+    int8 (no bf16 or int8 dynamic: they run MLPs only);
     made-up frames stand in when none are given, and the pick follows the timings (the action
     errors are measured; the tolerance lets them all pass)."""
     from actorq.algos.conv import PixelPolicy
 
     if "onednn" not in torch.backends.quantized.supported_engines:
         timings = {name: us for name, us in timings.items() if not name.endswith("_onednn")}
+    if not onednn.available():
+        timings = {name: us for name, us in timings.items() if not name.endswith("_plain")}
     torch.manual_seed(0)
     policy = PixelPolicy(trunk, 4, num_actions=4).eval()
     given_timings(monkeypatch, timings)  # also checks that exactly these candidates were timed
     spec = QuantSpec(bits="auto", auto_tolerance=1.0, calibration_samples=32)
     choice = select_precision(policy, spec, batch_size=8, discrete=True)
-    if picked.endswith("_onednn") and "onednn" not in torch.backends.quantized.supported_engines:
+    if picked not in timings:  # an engine this torch build lacks
         picked = "int8_static_fp32_ends"
     assert choice.name == picked and choice.spec.bits == (32 if picked == "fp32" else 8)
     assert set(choice.action_errors) == set(timings) and choice.action_errors["fp32"] == 0.0
+    if picked.endswith("_plain"):  # the actors run plain int8 convolutions
+        copy = QuantizedNetwork.from_network(policy, choice.spec, calibration=torch.randint(
+            0, 256, (16, 4, 84, 84), dtype=torch.uint8))
+        assert any(isinstance(module, onednn.Int8Conv2d) for module in copy.executable_trunk().modules())

@@ -73,7 +73,7 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_sta
     """The precisions ``auto`` compares: one per registered codec that is an
     ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
     once per quantized engine worth trying here (the default one, torch.ao's ``onednn``, and
-    for an MLP ``plain``: :mod:`actorq.quant.onednn`). Each is named by its codec (plus
+    ``plain``: :mod:`actorq.quant.onednn`, :mod:`actorq.quant.plain_conv`). Each is named by its codec (plus
     ``_onednn`` or ``_plain`` for the other engines).
 
     A ``convolutional`` trunk gets the codecs that run one and, if it has a first stage that
@@ -82,7 +82,7 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_sta
     Without one, the two int8 copies differ only in the thin output layer, which the
     candidate keeps in fp32 for its outputs' sake, and only the candidate is timed."""
     codecs = [codec for codec in registered() if _candidate(codec, convolutional, fp32_first_stage)]
-    others = [e for e in ("onednn",) if e in _ao.ENGINES] + ([] if convolutional else list(onednn.engines()))
+    others = [e for e in ("onednn",) if e in _ao.ENGINES] + list(onednn.engines())
     engines = [spec.engine] + [e for e in others if e != (spec.engine or _ao.DEFAULT_ENGINE)]
     candidates = {}
     for engine in engines:

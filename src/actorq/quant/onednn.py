@@ -175,6 +175,79 @@ class Int8Linear(nn.Module):
         return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}, {out}, relu={self.post_op == 'relu'}"
 
 
+class Int8Conv2d(nn.Module):
+    """A 2-D convolution on ``uint8`` channels-last activations with ``int8`` weights
+    (symmetric, per output channel) and an fp32 bias, ReLU fused or not, out as ``uint8`` codes
+    (``torch.ops.onednn.qconv2d_pointwise``). :meth:`add_to` adds a residual inside the kernel.
+
+    Args:
+        codes: ``[out, in, kh, kw]`` int8 weight codes.
+        scale: ``[out]`` float weight scales.
+        bias: ``[out]`` float bias.
+        conv: the fp32 ``Conv2d`` whose stride, padding and dilation it takes.
+        in_qparams: the input codes' ``(scale, zero_point)``.
+        out_qparams: the output codes' ``(scale, zero_point)``.
+        relu: ReLU fused into the kernel.
+    """
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, conv: nn.Conv2d,
+                 in_qparams: tuple[float, int], out_qparams: tuple[float, int], relu: bool):
+        super().__init__()
+        if codes.dtype != torch.int8 or codes.dim() != 4:
+            raise ValueError(f"weight codes must be a 4-D int8 tensor, got {codes.dtype} {tuple(codes.shape)}")
+        if conv.groups != 1 or isinstance(conv.padding, str):
+            raise ValueError("Int8Conv2d takes ungrouped convolutions with numeric padding")
+        self.weight = codes.contiguous(memory_format=torch.channels_last)
+        self.weight_scale = scale.detach().to(torch.float32).reshape(-1).contiguous()
+        self.weight_zero_point = torch.zeros(self.weight_scale.numel(), dtype=torch.int32)
+        self.bias = bias.detach().to(torch.float32).contiguous()
+        self.stride, self.padding, self.dilation = list(conv.stride), list(conv.padding), list(conv.dilation)
+        self.in_scale, self.in_zero_point = float(in_qparams[0]), int(in_qparams[1])
+        self.out_scale, self.out_zero_point = float(out_qparams[0]), int(out_qparams[1])
+        self.post_op = "relu" if relu else "none"
+        self.packed = self._pack()
+
+    def _pack(self) -> torch.Tensor:
+        return torch.ops.onednn.qconv_prepack(self.weight, self.weight_scale, self.in_scale, self.in_zero_point,
+                                              self.stride, self.padding, self.dilation, 1, None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.onednn.qconv2d_pointwise(
+            x, self.in_scale, self.in_zero_point, self.packed, self.weight_scale, self.weight_zero_point, self.bias,
+            self.stride, self.padding, self.dilation, 1, self.out_scale, self.out_zero_point, None, self.post_op,
+            [], "")
+
+    @torch.jit.export
+    def add_to(self, x: torch.Tensor, residual: torch.Tensor, residual_scale: float,
+               residual_zero_point: int) -> torch.Tensor:
+        """``conv(x) + residual`` (``residual`` codes at their own scale and zero point) as
+        codes, the sum taken inside the kernel (oneDNN's binary post-op)."""
+        return torch.ops.onednn.qconv2d_pointwise(  # the .binary overload, chosen by its arguments
+            x, self.in_scale, self.in_zero_point, self.packed, self.weight_scale, self.weight_zero_point,
+            residual.clone(), self.bias, self.stride, self.padding, self.dilation, 1, self.out_scale,
+            self.out_zero_point, None, residual_scale, residual_zero_point, "sum", 1.0, self.post_op, [], "")
+
+    @torch.jit.export
+    def __getstate__(self):
+        # The prepacked weight does not serialize: the plain codes do, and are packed again.
+        return (self.weight, self.weight_scale, self.weight_zero_point, self.bias, self.stride, self.padding,
+                self.dilation, self.in_scale, self.in_zero_point, self.out_scale, self.out_zero_point, self.post_op,
+                self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int],
+                                        list[int], float, int, float, int, str, bool]):
+        self.weight, self.weight_scale, self.weight_zero_point, self.bias = state[0], state[1], state[2], state[3]
+        self.stride, self.padding, self.dilation = state[4], state[5], state[6]
+        self.in_scale, self.in_zero_point, self.out_scale, self.out_zero_point = state[7], state[8], state[9], state[10]
+        self.post_op, self.training = state[11], state[12]
+        self.packed = self._pack()
+
+    def extra_repr(self) -> str:
+        return (f"{self.weight.shape[1]}, {self.weight.shape[0]}, kernel={tuple(self.weight.shape[2:])}, "
+                f"stride={tuple(self.stride)}, relu={self.post_op == 'relu'}")
+
+
 class DynamicInt8Linear(nn.Module):
     """fp32 in and out: each batch's activations quantized on the range they span (with 0 in
     it), on all 8 bits where :func:`saturates_full_range` allows, then :class:`Int8Linear`'s

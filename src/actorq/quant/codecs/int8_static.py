@@ -9,8 +9,9 @@ Runs ``Linear -> [LayerNorm] -> [ReLU]`` blocks: a ReLU right after a Linear is 
 a ReLU after a LayerNorm runs on the quantized tensor. Other activations have no int8 kernel
 here and are refused.
 
-A convolutional trunk (:class:`~actorq.quant.module_layout.ModuleLayout`) goes through
-torch.ao's FX graph mode instead (:func:`actorq.quant.conv.quantize_conv_policy`): per-channel
+A convolutional trunk (:class:`~actorq.quant.module_layout.ModuleLayout`) runs on plain int8
+tensors and oneDNN's kernels with ``quant.engine=plain`` (:mod:`actorq.quant.plain_conv`), else
+through torch.ao's FX graph mode (:func:`actorq.quant.conv.quantize_conv_policy`): per-channel
 int8 weights, conv+ReLU fused, int8 residual adds; its payload is the converted module's state
 as plain tensors, its activation ranges on 8 bits, which the actors load into a module of the
 same structure, on 7 bits where their own CPU needs it
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from actorq.util.errors import ConfigError
-from actorq.quant import _ao, onednn
+from actorq.quant import _ao, onednn, plain_conv
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
 from actorq.quant.conv import quantize_conv_policy, reduces_activation_range
@@ -59,6 +60,8 @@ class Int8Static(Codec):
         check_static_blocks(layout, range(layout.num_layers))
 
     def payload_spec(self, layout, spec):
+        if isinstance(layout, ModuleLayout) and onednn.serves(spec):
+            return plain_conv.payload_spec(layout.architecture, self.fp32_ends, spec.granularity)
         if isinstance(layout, ModuleLayout):
             return state_payload_spec(self._template(layout, spec).state_dict())
         self.check_layout(layout)
@@ -72,6 +75,8 @@ class Int8Static(Codec):
         return out
 
     def encode(self, trunk, layout, spec, calibration):
+        if isinstance(layout, ModuleLayout) and onednn.serves(spec):
+            return plain_conv.encode(trunk, calibration, self.fp32_ends, spec.granularity, spec.calibration)
         if isinstance(layout, ModuleLayout):  # the 8-bit ranges: each actor re-expresses them for its CPU
             converted = quantize_conv_policy(trunk, calibration, _engine(spec), full_range=True,
                                              observer=spec.calibration, fp32_ends=self.fp32_ends)
@@ -87,7 +92,9 @@ class Int8Static(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
-        if not isinstance(layout, ModuleLayout) and onednn.serves(spec):
+        if onednn.serves(spec):
+            if isinstance(layout, ModuleLayout):
+                return plain_conv.decode(layout.architecture, payload, self.fp32_ends)
             return _decode_plain(layout, payload)
         with _ao.packing_engine(_engine(spec)):
             if isinstance(layout, ModuleLayout):
@@ -100,6 +107,8 @@ class Int8Static(Codec):
             return self._decode(layout, spec, payload)
 
     def dequantized_weights(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout) and onednn.serves(spec):
+            return plain_conv.dequantized_weights(layout.architecture, payload)
         if isinstance(layout, ModuleLayout):
             return quantized_weights(self._template(layout, spec).state_dict(), payload)
         return super().dequantized_weights(layout, spec, payload)
@@ -126,6 +135,9 @@ class Int8Static(Codec):
     def reference(self, trunk, spec, calibration):
         if isinstance(trunk, nn.Sequential) and not _convolutional(trunk):
             return _ao.convert_static(trunk, calibration, spec)
+        if onednn.serves(spec):
+            payload = plain_conv.encode(trunk, calibration, self.fp32_ends, spec.granularity, spec.calibration)
+            return plain_conv.decode(trunk, payload, self.fp32_ends)
         return quantize_conv_policy(trunk, calibration, _engine(spec), observer=spec.calibration,
                                     fp32_ends=self.fp32_ends)
 
@@ -169,8 +181,8 @@ class Int8StaticConvFp32Ends(Int8Static):
 
 
 def _engine(spec) -> str:
-    """The torch.ao engine a copy at ``spec`` is packed for (a convolutional copy under
-    ``quant.engine=plain``, which has no plain-tensor path yet: the default one)."""
+    """The torch.ao engine a copy at ``spec`` is packed for (``quant.engine=plain`` runs no
+    torch.ao module: the default engine names the learner's reference recipe)."""
     return _ao.DEFAULT_ENGINE if spec.engine in (None, onednn.PLAIN) else spec.engine
 
 
