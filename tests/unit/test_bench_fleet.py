@@ -42,3 +42,21 @@ def test_every_round_times_each_row_once_in_turn_after_a_warm_up_round():
     medians = interleaved_medians({"a": timer("a"), "b": timer("b")}, repeats=3)
     assert calls == ["a", "b"] * 4  # a slower spell of the machine falls on both rows alike
     assert medians == {"a": 2.0, "b": 5.0}  # the warm-up's 9.0 is not counted
+
+
+@pytest.mark.parametrize("trunk", ["nature", "impala"])
+def test_the_plain_engine_gets_one_copy_on_plain_int8_convolutions_with_its_override(trunk):
+    from actorq.bench.fleet import copy_bytes
+    from actorq.quant import QuantSpec, onednn, payload_nbytes, quantize
+
+    if not onednn.available():
+        pytest.skip("no oneDNN int8 kernels in this torch build")
+    torch.manual_seed(0)
+    policy = PixelPolicy(trunk, 4, num_actions=4).eval()
+    frames = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    (precision, engine, overrides, copy, ms), = int8_copies(policy, frames, ["plain"], "minmax", repeats=1)
+    assert (precision, overrides) == ("int8 static (plain)", "quant.bits=8 quant.engine=plain") and ms > 0
+    assert not any(type(module) is nn.Conv2d for module in copy.modules())  # the first stage too
+    assert any(isinstance(module, onednn.Int8Conv2d) for module in copy.modules())
+    payload = quantize(policy, QuantSpec(bits=8, mode="static", engine="plain"), frames)
+    assert copy_bytes(copy) == pytest.approx(payload_nbytes(payload), rel=0.02)

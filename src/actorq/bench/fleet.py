@@ -2,7 +2,7 @@
 fp32 against int8, beside the env alone and the policy alone.
 
 ``actorq bench fleet [--game breakout] [--trunks nature impala] [--envs 8]
-[--steps 200] [--env-impls ale gymnasium] [--engines x86 onednn] [--calibration minmax]
+[--steps 200] [--env-impls ale gymnasium] [--engines x86 onednn plain] [--calibration minmax]
 [--learner-fps 2000 10000] [--quick] [--out FILE.json]``
 
 Everything runs in this process pinned to one core, with one torch thread and one emulator
@@ -29,7 +29,9 @@ spell of a shared machine falls on all rows alike. Rows:
 
 The int8 copy is :func:`actorq.quant.conv.quantize_conv_policy`, calibrated on frames the
 random policy saw with ``--calibration``'s observer (a run's default, ``quant.calibration``),
-once per int8 engine in ``--engines`` (by default each x86 or onednn engine this torch has).
+once per int8 engine in ``--engines`` (by default each x86 or onednn engine this torch has, and
+``plain``: plain int8 tensors on oneDNN's kernels, :mod:`actorq.quant.plain_conv`, whose
+``quant.bits=8`` copy runs IMPALA-CNN's first stage in int8 too).
 Every engine gets its row, and ``run_with`` names the overrides that give a run that copy:
 the default engine's row (torch's, ``quant.engine=null``) is what ``quant.bits=8`` runs, so
 the table shows what a run gets beside what the other engine would give on this CPU. A trunk
@@ -54,14 +56,15 @@ from actorq.algos.conv import PixelPolicy
 from actorq.bench._table import report, write_json
 from actorq.envs.atari import make_atari
 from actorq.quant._ao import DEFAULT_ENGINE, ENGINES, FX_OBSERVERS
-from actorq.quant import QuantSpec
+from actorq.quant import QuantSpec, onednn, plain_conv
 from actorq.quant.conv import first_stage, full_range_for, quantize_conv_policy, serialized_bytes
 from actorq.run.learner_precision import cpu_fields, device_name
 from actorq.util.arguments import as_options
 from actorq.util.memory_format import set_channels_last
 
-INT8_ENGINES = tuple(engine for engine in ("x86", "onednn", "fbgemm") if engine in ENGINES)
-"""The int8 engines with server-CPU convolution kernels that this torch build has."""
+INT8_ENGINES = tuple(engine for engine in ("x86", "onednn", "fbgemm") if engine in ENGINES) + onednn.engines()
+"""The int8 engines with server-CPU convolution kernels that this torch build has (``plain``:
+plain int8 tensors on oneDNN's kernels, :mod:`actorq.quant.plain_conv`)."""
 DEFAULT_ENGINES = [engine for engine in INT8_ENGINES if engine != "fbgemm"]
 """The engines timed unless ``--engines`` says otherwise (fbgemm: what x86 runs for most shapes)."""
 
@@ -95,7 +98,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.envs < 1 or args.steps < 1 or args.repeats < 1:
         parser.error("--envs, --steps and --repeats must be positive")
     if not args.engines:
-        parser.error(f"no x86, onednn or fbgemm int8 engine in this torch build ({', '.join(ENGINES)})")
+        parser.error(f"no x86, onednn, fbgemm or plain int8 engine in this torch build ({', '.join(ENGINES)})")
     return args
 
 
@@ -209,9 +212,16 @@ def int8_copies(policy, frames: torch.Tensor, engines: list[str], calibration: s
     its first stage is not empty, the one with every layer in int8 (``quant.format=int8_static``).
     Yields ``(precision, engine, overrides, copy, ms)``: ms is the median time its
     quantization takes (the learner's cost per pushed version; the first quantization of a
-    process, several times dearer, is a warm-up)."""
+    process, several times dearer, is a warm-up). ``plain``'s copy is encoded and built (the
+    learner's and an actor's share of a version), its first stage int8 under ``quant.bits=8``."""
     variants = [(True, "")] + ([(False, ", all int8")] if first_stage(policy) else [])
     for engine in engines:
+        if engine == onednn.PLAIN:  # its first stage is int8 under quant.bits=8 already: one copy
+            def build(calibration=calibration):
+                return plain_conv.decode(policy, plain_conv.encode(policy, frames, True, calibration=calibration), True)
+            seconds = _median_time(build, repeats)
+            yield f"int8 static ({engine})", engine, run_overrides(engine, calibration), build(), 1000 * seconds
+            continue
         full_range = full_range_for(engine)  # measured once per process: not a per-version cost
         for fp32_ends, label in variants:
             def quantize(engine=engine, full_range=full_range, fp32_ends=fp32_ends):
@@ -268,9 +278,19 @@ def measure(args: argparse.Namespace) -> list[dict]:
         infer_s, actor_s = seconds[trunk, precision, "infer"], seconds[trunk, precision, "actor"]
         rows.append({"trunk": trunk, "precision": precision, "infer_us": 1e6 * infer_s, "actor_fps": 1 / actor_s,
                      "ceiling_fps": 1 / (env_s + infer_s), "core_s_per_frame": actor_s,
-                     "payload_bytes": serialized_bytes(policy), "quantize_ms": cost_ms,
+                     "payload_bytes": copy_bytes(policy), "quantize_ms": cost_ms,
                      "engine": engine, "run_with": overrides, **common})
     return rows
+
+
+def copy_bytes(policy: torch.nn.Module) -> int:
+    """What a push of ``policy``'s version moves: its state, or for a plain int8 copy (whose
+    layers hold their codes, scales and biases as attributes) those tensors and its fp32 layers'."""
+    if not any(isinstance(module, (onednn.Int8Conv2d, onednn.Int8Linear)) for module in policy.modules()):
+        return serialized_bytes(policy)
+    tensors = [t for m in policy.modules() for t in (*vars(m).values(), *m._parameters.values())
+               if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_mkldnn]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def fleet_rows(rows: list[dict], learner_fps: list[float]) -> list[dict]:
