@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from actorq.quant import _ao, onednn
+from actorq.quant import _ao, onednn, plain_codes
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import (
     assemble,
@@ -34,6 +34,12 @@ class Int8Dynamic(Codec):
         return weight_codes_payload_spec(layout, spec.granularity == "per_channel")
 
     def encode(self, trunk, layout, spec, calibration):
+        if onednn.serves(spec):  # the same codes, computed without torch.ao
+            payload = plain_codes.dynamic_payload(trunk, spec.granularity == "per_channel")
+            for k in range(layout.num_layers):
+                if layout.layers[k].norm:
+                    payload.update(norm_params(layout.norm(trunk, k), k))
+            return payload
         converted = _ao.convert_dynamic(trunk, spec)
         payload = {}
         for k, (linear, _) in enumerate(_ao.quantized_layers(converted)):

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from actorq.util.errors import ConfigError
-from actorq.quant import _ao, onednn, plain_conv
+from actorq.quant import _ao, onednn, plain_codes, plain_conv
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import codes, codes_payload_spec, norm_payload_spec, prefixed
 from actorq.quant.conv import quantize_conv_policy, reduces_activation_range
@@ -82,6 +82,8 @@ class Int8Static(Codec):
                                              observer=spec.calibration, fp32_ends=self.fp32_ends)
             return plain_state(converted.state_dict())
         self.check_layout(layout)
+        if onednn.serves(spec):  # the same codes and scales, computed without torch.ao
+            return plain_codes.static_payload(trunk, calibration, spec, onednn.activation_max())
         observed = _ao.calibrate_static(trunk, calibration, spec)
         payload = prefixed("input_", _ao.observed_qparams(observed.quant))
         for k, (linear, norm) in enumerate(_ao.observed_layers(observed)):
