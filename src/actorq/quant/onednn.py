@@ -145,7 +145,7 @@ class Int8Linear(nn.Module):
         self.packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype: Optional[torch.dtype] = torch.float32 if self.fp32_out else None
+        dtype: Optional[torch.dtype] = torch.float32 if self.fp32_out else torch.uint8
         return torch.ops.onednn.qlinear_pointwise(
             x, self.in_scale, self.in_zero_point, self.packed, self.weight_scale, self.weight_zero_point, self.bias,
             self.out_scale, self.out_zero_point, dtype, self.post_op, [], "")
@@ -214,7 +214,7 @@ class Int8Conv2d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.onednn.qconv2d_pointwise(
             x, self.in_scale, self.in_zero_point, self.packed, self.weight_scale, self.weight_zero_point, self.bias,
-            self.stride, self.padding, self.dilation, 1, self.out_scale, self.out_zero_point, None, self.post_op,
+            self.stride, self.padding, self.dilation, 1, self.out_scale, self.out_zero_point, torch.uint8, self.post_op,
             [], "")
 
     @torch.jit.export
@@ -225,7 +225,7 @@ class Int8Conv2d(nn.Module):
         return torch.ops.onednn.qconv2d_pointwise(  # the .binary overload, chosen by its arguments
             x, self.in_scale, self.in_zero_point, self.packed, self.weight_scale, self.weight_zero_point,
             residual.clone(), self.bias, self.stride, self.padding, self.dilation, 1, self.out_scale,
-            self.out_zero_point, None, residual_scale, residual_zero_point, "sum", 1.0, self.post_op, [], "")
+            self.out_zero_point, torch.uint8, residual_scale, residual_zero_point, "sum", 1.0, self.post_op, [], "")
 
     @torch.jit.export
     def __getstate__(self):
