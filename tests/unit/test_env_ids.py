@@ -6,6 +6,7 @@ config does not have. The runs themselves are in ``tests/integration/test_first_
 from __future__ import annotations
 
 import importlib.util
+import sys
 from functools import partial
 
 import gymnasium
@@ -65,6 +66,21 @@ def test_an_unknown_id_is_one_line_naming_the_closest_ids_and_the_env_name_form(
     assert "\n" not in message
     assert message.startswith("env=Acrobot-v2: no env file or environment has this name; did you mean Acrobot-v1")
     assert "env=ID (the same as env.name=ID;" in message and "env=FILE (breakout, cartpole," in message
+
+
+@pytest.mark.parametrize("name", ["ALE/Pong-v5", "PongNoFrameskip-v4"])
+def test_an_atari_id_without_ale_py_says_to_install_it(name, monkeypatch):
+    """Without ale-py gymnasium knows no Atari id: the line says what to install, not that no
+    environment has the name (what a base install answered)."""
+    from actorq.run import env_ids
+
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # its import fails, as where it is not installed
+    message = env_ids._unknown(name, ["breakout", "pong"])
+    assert message == f'env={name}: {name} is an Atari game, and Atari needs ale-py: pip install -e ".[atari]"'
+    assert env_ids._unknown("Acrobot-v2", ["cartpole"]).startswith("env=Acrobot-v2: no env file")
+    monkeypatch.delitem(sys.modules, "ale_py")
+    if importlib.util.find_spec("ale_py") is not None:  # installed: the name's own line
+        assert "needs ale-py" not in env_ids._unknown(name, ["pong"])
 
 
 def test_the_command_line_refuses_an_unknown_id_in_one_line(capsys):

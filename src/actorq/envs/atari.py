@@ -115,6 +115,20 @@ def rom_ids() -> list[str]:
 
 
 _ROM_NAME = re.compile(r"[a-z0-9_]+")
+_ATARI_ID = re.compile(r"ALE/\w+-v\d+|\w+(NoFrameskip|Deterministic)-v[04]")
+"""The shape of ale-py's gymnasium ids (``ALE/Pong-v5``, ``PongNoFrameskip-v4``)."""
+
+
+def ale_py_missing(env_name: str) -> str | None:
+    """Why ``env_name`` names no environment here when it has the shape of an Atari id and
+    ale-py is not installed (gymnasium knows Atari ids only from ale-py); ``None`` otherwise."""
+    if not _ATARI_ID.fullmatch(env_name):
+        return None
+    try:
+        import ale_py  # noqa: F401
+    except ImportError:
+        return f"{env_name} is an Atari game, and Atari needs ale-py: {_INSTALL}"
+    return None
 
 
 def register_atari_ids() -> bool:

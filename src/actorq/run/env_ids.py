@@ -156,8 +156,11 @@ def _library_of(name: str, library: str | None, files: list[str]) -> str:
 def _unknown(name: str, files: list[str]) -> str:
     """The one line for a name that is no env file and no environment of any env library."""
     from actorq.envs import suites
+    from actorq.envs.atari import ale_py_missing
     from actorq.envs.registry import closest, known_names
 
+    if ale_py_missing(name):
+        return f"env={name}: {ale_py_missing(name)}"
     close = closest(name, known_names() + files)
     guess = f"; did you mean {', '.join(close)}?" if close else "."
     return (f"env={name}: no env file or environment has this name{guess} Name an environment by its id, "
