@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.conv import ResidualBlock
 from actorq.quant import onednn
 from actorq.quant.layout import Payload, PayloadSpec
 from actorq.util.errors import ConfigError
@@ -76,7 +75,7 @@ def steps_of(trunk: nn.Module) -> list[Step]:
             steps.append(Step("conv" if isinstance(module, nn.Conv2d) else "linear", module, relu=False))
         elif isinstance(module, nn.MaxPool2d):
             steps.append(Step("pool", module))
-        elif isinstance(module, ResidualBlock):
+        elif is_residual_block(module):
             steps.append(Step("residual", module))
         elif isinstance(module, nn.ReLU):
             steps.append(Step("relu"))
@@ -91,12 +90,19 @@ def steps_of(trunk: nn.Module) -> list[Step]:
 def _leaves(module: nn.Module):
     """The modules of ``module``'s forward pass in order: a pixel trunk's convolutions then its
     linear layers, a residual block as one."""
-    if isinstance(module, ResidualBlock) or not list(module.children()):
+    if is_residual_block(module) or not list(module.children()):
         yield module
         return
     children = [module.convs, module.linear] if hasattr(module, "pixel_scale") else list(module.children())
     for child in children:
         yield from _leaves(child)
+
+
+def is_residual_block(module: nn.Module) -> bool:
+    """Whether ``module`` is an IMPALA residual block, ``x + conv1(relu(conv0(relu(x))))``
+    (:class:`actorq.algos.conv.ResidualBlock`, known here by its parts: the algorithms sit
+    above the precisions)."""
+    return isinstance(getattr(module, "conv0", None), nn.Conv2d) and isinstance(getattr(module, "conv1", None), nn.Conv2d)
 
 
 def pixel_scale(trunk: nn.Module) -> float:
