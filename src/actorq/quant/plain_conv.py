@@ -46,6 +46,8 @@ from actorq.util.errors import ConfigError
 
 WEIGHT_MAX = 127
 """Weight codes are symmetric, ``-127..127``."""
+CALIBRATION_CHUNK = 64
+"""Frames per calibration forward."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +154,7 @@ def encode(trunk: nn.Module, frames: torch.Tensor, fp32_ends: bool, granularity:
     payload: Payload = {}
     for k, layer in enumerate(weighted(steps)):
         payload.update(_layer_payload(k, layer, last and layer is steps[-1].module, granularity))
-    for j, (low, high) in enumerate(_ranges(steps, frames.float() * pixel_scale(trunk), last)):
+    for j, (low, high) in enumerate(_ranges(steps, frames, pixel_scale(trunk), last)):
         payload[f"a{j}_range"] = torch.tensor([low, high], dtype=torch.float32)
     return payload
 
@@ -192,23 +194,41 @@ def _weighted_count(steps: list[Step]) -> int:
     return len(weighted(steps))
 
 
-def _ranges(steps: list[Step], x: torch.Tensor, last: bool) -> list[tuple[float, float]]:
-    """Each code point's range on the fp32 pass, in the order :func:`decode` uses them: every
-    step's output that is new codes (a residual block's inner activation before its output),
-    the fp32 output layer's excepted; each range holds 0."""
-    ranges = []
+def _ranges(steps: list[Step], frames: torch.Tensor, scale: float, last: bool) -> list[tuple[float, float]]:
+    """Each code point's range on the fp32 pass over ``frames``, in the order :func:`decode`
+    uses them: every step's output that is new codes (a residual block's inner activation
+    before its output), the fp32 output layer's excepted; each range holds 0. The frames go
+    through in chunks of :data:`CALIBRATION_CHUNK` (a whole calibration set's activations at
+    once would not stay in the caches)."""
+    lows: list[float] = []
+    highs: list[float] = []
+    for chunk in frames.split(CALIBRATION_CHUNK):
+        points = _chunk_points(steps, chunk.float() * scale, last)
+        if not lows:
+            lows, highs = [0.0] * len(points), [0.0] * len(points)
+        for j, (low, high) in enumerate(points):
+            lows[j], highs[j] = min(lows[j], low), max(highs[j], high)
+    return list(zip(lows, highs))
+
+
+def _chunk_points(steps: list[Step], x: torch.Tensor, last: bool) -> list[tuple[float, float]]:
+    points = []
 
     def seen(t: torch.Tensor) -> None:
-        ranges.append((min(0.0, float(t.min())), max(0.0, float(t.max()))))
+        points.append((float(t.min()), float(t.max())))
 
     for index, step in enumerate(steps):
-        before, x = x, _fp32_step(step, x)
-        if step.kind == "residual":
-            seen(torch.relu(step.module.conv0(torch.relu(before))))
+        if step.kind == "residual":  # x + conv1(relu(conv0(relu(x)))), its inner activation seen too
+            block = step.module
+            inner = torch.relu(block.conv0(torch.relu(x)))
+            x = x + block.conv1(inner)
+            seen(inner)
             seen(x)
-        elif step.kind in ("conv", "linear") and not (last and index == len(steps) - 1):
+            continue
+        x = _fp32_step(step, x)
+        if step.kind in ("conv", "linear") and not (last and index == len(steps) - 1):
             seen(x)
-    return ranges
+    return points
 
 
 def _range_count(steps: list[Step], last: bool) -> int:
