@@ -23,12 +23,11 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from actorq.experience import Experience
-from actorq.run.assemble import RunParts, assemble
+from actorq.run.assemble import RunParts, assemble, write_run_files
 from actorq.run.console import lightning_without_adverts
-from actorq.run.resume import started_experiment
 from actorq.util.atomic import write_text_atomically
 
 log = logging.getLogger(__name__)
@@ -50,9 +49,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     run = assemble(cfg)
     if run.follower:
         return follow(run)
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(run.run_dir / "config.yaml", config_yaml(cfg))
-    run.plan.save(run.run_dir)
+    write_run_files(cfg, run)
     choice = run.precision_choice
     if choice is not None:
         log.info("quant.bits=auto picked %s: %s", run.quant.describe(), choice.metrics())
@@ -180,19 +177,6 @@ def collect_counts(experience: Experience) -> dict:
         "unused_frames": actors.unused_frames if actors is not None else None,
         "actor_restarts": actors.restarts if actors is not None else None,
     }
-
-
-def config_yaml(cfg: DictConfig) -> str:
-    """The run's ``config.yaml``: its config resolved, headed by the ``+experiment=NAME`` it was
-    composed from (the report groups runs by it)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    text = OmegaConf.to_yaml(cfg, resolve=True)
-    if HydraConfig.initialized():
-        experiment = HydraConfig.get().runtime.choices.get("experiment")
-    else:  # started from Python (actorq.learn), which saves its overrides as Hydra does
-        experiment = started_experiment(Path(cfg.run_dir))
-    return text if experiment is None else f"experiment: {experiment}\n{text}"
 
 
 def describe_result(summary: dict) -> str:

@@ -75,6 +75,9 @@ def test_cli_trains_and_says_where_the_logs_are(tmp_path):
                      "callbacks=no_checkpoint", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "TensorBoard logs:" in result.stdout and "summary.json" in result.stdout
+    plan = json.loads((tmp_path / "plan.json").read_text())  # the choices the run made, both precisions
+    assert plan["collection"] == "async" and plan["learner_precision"]["precision"] == "32-true"
+    assert plan["actor_precision"] == "fp32"
 
 
 @pytest.mark.parametrize(

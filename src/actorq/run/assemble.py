@@ -1,6 +1,7 @@
-"""A run's parts, assembled from its config in one place and in one order: the checkpoint it
-continues, the learner, the run plan (:mod:`actorq.run.plan`), the learner's precision, the
-callbacks and logger, the actors' precision, the experience pipeline and the trainer.
+"""A run's parts, assembled from its config in one place and in two steps: what the run plan
+(:mod:`actorq.run.plan`) needs (the checkpoint it continues, the learner, the learner's and
+the actors' precisions), the plan, then what is built from the plan (callbacks, logger, the
+experience pipeline and the trainer).
 ``train()`` takes the :class:`RunParts` and reads no node of the config after them; nothing here
 writes into the run dir or starts an actor process (the fork server that will start them
 does start, so its imports overlap the assembly). ``actorq.train``'s example assembles a run.
@@ -16,6 +17,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
@@ -30,7 +32,8 @@ from actorq.run.checks import check_run_config
 from actorq.run.learner_precision import resolve_learner_precision
 from actorq.run.plan import RunPlan, make_plan, saved_precision
 from actorq.run.resume import (check_checkpoint, check_new_run_dir, find_checkpoint, load_checkpoint,
-                               resumed_precision)
+                               resumed_precision, started_experiment)
+from actorq.util.atomic import write_text_atomically
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +71,12 @@ class RunParts:
 
 
 def assemble(cfg: DictConfig) -> RunParts:
-    """The run ``cfg`` configures, assembled: its config checked, a continued checkpoint found
-    and checked against what is built, the plan made (and its learner precision measured or
-    kept from the run it continues). Raises :class:`~actorq.util.errors.ConfigError` for a bad
-    config, run dir or checkpoint."""
+    """The run ``cfg`` configures, assembled in two steps. First what the plan needs: the
+    config checked, a continued checkpoint found, the learner built, then the learner's and
+    the actors' precision measured (or kept from the run it continues) and the checkpoint
+    checked against them; the plan is made from these last. Then the rest is built from the
+    plan in one pass: callbacks, logger, experience, trainer. Raises
+    :class:`~actorq.util.errors.ConfigError` for a bad config, run dir or checkpoint."""
     check_run_config(cfg)
     if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
         start_fork_server()  # its imports overlap building the run, before the actors start
@@ -84,40 +89,58 @@ def assemble(cfg: DictConfig) -> RunParts:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     env = make_env(cfg.env.name, seed=cfg.seed, library=cfg.env.get("library"), options=cfg.env.get("options"))
-    spec = EnvSpec.from_env(env)
-    learner = build_learner(cfg.algo, spec, cfg.env.name)
-    plan = plan_learner(cfg, learner, run_dir, resume_from)
+    learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
+    choices = make_plan(cfg, learner)
+    learner_precision = plan_learner(cfg, learner, choices, run_dir, resume_from)
+    actors = None if follower else plan_actors(cfg, env, learner, resume_from, config)
+    plan = choices.measured(learner_precision, None if actors is None else actors.quant.describe())
+
     callbacks = {name: build(node, **plan.callback(name)) for name, node in cfg.callbacks.items() if node is not None}
-    parts = dict(run_dir=run_dir, resume_from=resume_from, learner=learner, plan=plan,
-                 callbacks=callbacks, logger=build(cfg.logger))
-    if follower:
-        checkpoints = [callback for callback in callbacks.values() if isinstance(callback, ModelCheckpoint)]
-        return RunParts(**parts, experience=connect_experience(cfg, plan, learner, actor_policy=None),
-                        trainer=build_trainer(cfg, plan, checkpoints, parts["logger"]), follower=True)
+    logger = build(cfg.logger)
+    experience = connect_experience(cfg, plan, learner, None if actors is None else actors.policy, config)
+    if follower:  # only the checkpoint callbacks take part
+        trainer_callbacks = [callback for callback in callbacks.values() if isinstance(callback, ModelCheckpoint)]
+    else:
+        bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
+        trainer_callbacks = [*callbacks.values(), *bar]
+    return RunParts(run_dir=run_dir, resume_from=resume_from, learner=learner, plan=plan, callbacks=callbacks,
+                    logger=logger, experience=experience, follower=follower,
+                    quant=None if actors is None else actors.quant,
+                    precision_choice=None if actors is None else actors.choice,
+                    trainer=build_trainer(cfg, plan, trainer_callbacks, logger))
 
-    quant, choice, observations = plan_actors(cfg, env, learner, resume_from, config)
-    experience = connect_experience(cfg, plan, learner, actor_policy(learner, quant, observations), config)
-    bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
-    trainer = build_trainer(cfg, plan, [*callbacks.values(), *bar], parts["logger"])
-    return RunParts(**parts, experience=experience, trainer=trainer, quant=quant, precision_choice=choice)
 
-
-def plan_learner(cfg: DictConfig, learner, run_dir: Path, resume_from: Path | None) -> RunPlan:
-    """The run plan with the learner's threads set and its precision resolved (a continued
-    run keeps the precision its plan measured), the learner laid out as measured."""
-    plan = make_plan(cfg, learner)
+def plan_learner(cfg: DictConfig, learner, plan: RunPlan, run_dir: Path, resume_from: Path | None):
+    """The learner's precision (``trainer.precision``) resolved with the plan's threads set (a
+    continued run keeps the precision its plan measured), the learner laid out as measured."""
     if plan.learner_threads is not None:
         torch.set_num_threads(plan.learner_threads)
     precision = resolve_learner_precision(cfg.trainer.precision, learner, cfg.trainer.get("accelerator", "auto"),
                                           saved=saved_precision(run_dir) if resume_from else None)
     precision.lay_out(learner)  # conv trunks: the layout auto measured faster
-    return dataclasses.replace(plan, learner_precision=precision)
+    return precision
 
 
-def plan_actors(cfg: DictConfig, env, learner, resume_from: Path | None, config: dict) -> tuple[Any, Any, Any]:
-    """``(quant, choice, observations)``: the actors' precision (a continued run keeps its
-    own; ``quant.bits=auto`` measures), what auto measured, and the random observations that
-    calibrate the int8 copy. A continued checkpoint is checked against the learner and it."""
+@dataclasses.dataclass(frozen=True)
+class ActorsPlan:
+    """The actors' precision and the policy they run.
+
+    Attributes:
+        quant: the actors' precision (a continued run keeps its own).
+        choice: what ``quant.bits=auto`` measured, if it did.
+        policy: the behaviour policy the actors run, with the calibration observations of
+            its int8 copy.
+    """
+
+    quant: Any
+    choice: Any
+    policy: Any
+
+
+def plan_actors(cfg: DictConfig, env, learner, resume_from: Path | None, config: dict) -> ActorsPlan:
+    """The actors' precision (a continued run keeps its own; ``quant.bits=auto`` measures) and
+    their policy, calibrated on random observations. A continued checkpoint is checked
+    against the learner and it."""
     quant = build(cfg.quant)
     checkpoint = load_checkpoint(resume_from) if resume_from else None
     if checkpoint is not None:
@@ -127,7 +150,7 @@ def plan_actors(cfg: DictConfig, env, learner, resume_from: Path | None, config:
                                       observations, discrete=learner.spec.discrete)
     if checkpoint is not None:  # Lightning reads it again (weights_only) when it restores the run
         check_checkpoint(checkpoint, resume_from, config, learner, quant)
-    return quant, choice, observations
+    return ActorsPlan(quant, choice, actor_policy(learner, quant, observations))
 
 
 def connect_experience(cfg: DictConfig, plan: RunPlan, learner, actor_policy, config: dict | None = None) -> Experience:
@@ -159,3 +182,22 @@ def has_checkpoints(callbacks) -> bool:
     """Whether the run writes checkpoints: only through its own checkpoint callback
     (``callbacks=no_checkpoint`` writes none)."""
     return any(isinstance(callback, ModelCheckpoint) for callback in callbacks)
+
+
+def write_run_files(cfg: DictConfig, run: RunParts) -> None:
+    """Writes the run's ``config.yaml`` (:func:`config_yaml`) and ``plan.json`` into its run dir."""
+    config = config_yaml(cfg)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    run.plan.save(run.run_dir)
+    write_text_atomically(run.run_dir / "config.yaml", config)
+
+
+def config_yaml(cfg: DictConfig) -> str:
+    """The run's ``config.yaml``: its config resolved, headed by the ``+experiment=NAME`` it was
+    composed from (the report groups runs by it)."""
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    if HydraConfig.initialized():
+        experiment = HydraConfig.get().runtime.choices.get("experiment")
+    else:  # started from Python (actorq.learn), which saves its overrides as Hydra does
+        experiment = started_experiment(Path(cfg.run_dir))
+    return text if experiment is None else f"experiment: {experiment}\n{text}"

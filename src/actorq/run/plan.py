@@ -1,7 +1,8 @@
 """The run plan: what a run does where its config leaves the choice to the learner's family
-or to the machine (``auto`` and ``null``), resolved once, after the learner is built and
-before the callbacks, the actors and the trainer are, which take their settings from it; the
-config itself is never written back. ``train()`` saves it as ``plan.json`` beside
+or to the machine (``auto`` and ``null``), resolved once, after the learner is built and the
+learner's and the actors' precisions are measured, and before the callbacks, the experience
+and the trainer are built, which take their settings from it; the config itself is never
+written back. ``train()`` saves it as ``plan.json`` beside
 ``config.yaml``; a resumed run keeps the learner precision its plan measured (measuring again
 could pick another in the middle of a run).
 
@@ -51,6 +52,9 @@ class RunPlan:
         learner_threads: the learner's torch threads; ``None``: torch's own choice.
         learner_precision: ``trainer.precision`` resolved, and why; ``None`` until it is (a
             sweep's check of its jobs plans without timing anything).
+        actor_precision: the actors' precision as measured or kept (``quant.bits=auto``'s
+            pick, e.g. ``"int8 static x86"``); ``None`` until it is, or with no actors (a
+            learner rank after the first).
     """
 
     collection: str
@@ -59,6 +63,11 @@ class RunPlan:
     push_every_n_steps: int | None
     learner_threads: int | None
     learner_precision: LearnerPrecision | None = None
+    actor_precision: str | None = None
+
+    def measured(self, learner_precision: LearnerPrecision, actor_precision: str | None) -> RunPlan:
+        """The plan made: these choices with the precisions measured (or kept) for them."""
+        return dataclasses.replace(self, learner_precision=learner_precision, actor_precision=actor_precision)
 
     @property
     def actors(self) -> dict[str, Any]:
