@@ -6,11 +6,16 @@ import numpy as np
 import pytest
 import torch
 
+from actorq.quant import onednn
 from actorq.train import train
 from actorq.util.memory_format import uses_channels_last
 
 pytest.importorskip("ale_py")
 
+# quant.bits=8 on frames: plain int8 tensors where torch has oneDNN's kernels, else torch.ao's
+INT8 = "int8 static per_channel fp32-ends" + (" plain" if onednn.available() else "")
+# the payload's first convolution's codes and the Nature-CNN's output layer's weight (kept fp32)
+FIRST_CONV, OUTPUT_LAYER = ("w0_codes", "w4_weight") if onednn.available() else ("0__convs__0__weight", "1__weight")
 SHORT = ("actors.total_frames=2048", "actors.envs_per_worker=4", "actors.frames_per_batch=512",
          "algo.minibatch_size=128", "quant.calibration_samples=64", "eval.episodes=1", "eval.max_steps=200",
          "callbacks=no_checkpoint")
@@ -20,12 +25,12 @@ def test_ppo_trains_on_breakout_frames_with_int8_convolutional_actors(make_cfg):
     summary, objects = train(make_cfg("+experiment=ppo_breakout", "quant.bits=8", *SHORT))
     experience = objects["experience"]
     assert summary["frames"] >= 2048 and summary["learner_steps"] == 4 * 4 * 4  # rollouts x epochs x minibatches
-    assert summary["actor_precision"] == "int8 static per_channel fp32-ends"
+    assert summary["actor_precision"] == INT8
     rollout = experience.feed.last
     assert rollout["observation"].dtype == torch.uint8 and rollout["observation"].shape[-3:] == (4, 84, 84)
     assert rollout["next", "observation"].dtype == torch.uint8
     payload = experience.actor_policy.network.payload()
-    assert payload["0__convs__0__weight"].dtype == torch.int8  # the actors ran int8 convolutions
+    assert payload[FIRST_CONV].dtype == torch.int8  # the actors ran int8 convolutions
     pushes = objects["callbacks"]["push"].pushes
     # Every push after the first (which has no held-out rollout yet) measured its copy's KL.
     assert pushes >= 4 and summary["fidelity"]["kl"]["pushes"] == pushes - 1
@@ -58,10 +63,10 @@ def test_dqn_trains_on_breakout_from_a_replay_that_stores_each_frame_once(make_c
     assert replay.stream_breaks == 0  # each ring one env's steps, random frames included
     assert replay.frames.dtype == np.uint8 and replay.frames.shape[-2:] == (84, 84)  # one frame per slot
     assert len(replay) > 900 and summary["learner_steps"] >= 150  # 0.25 updates per frame after 256
-    assert summary["actor_precision"] == "int8 static per_channel fp32-ends"
+    assert summary["actor_precision"] == INT8
     payload = objects["experience"].actor_policy.network.payload()
-    assert payload["0__convs__0__weight"].dtype == torch.int8  # int8 convolutions, fp32 Q-values
-    assert payload["1__weight"].dtype == torch.float32
+    assert payload[FIRST_CONV].dtype == torch.int8  # int8 convolutions, fp32 Q-values
+    assert payload[OUTPUT_LAYER].dtype == torch.float32
     # Every push measured its copy's greedy agreement on frames drawn apart from its calibration's.
     pushes = objects["callbacks"]["push"].pushes
     assert pushes >= 1 and summary["fidelity"]["greedy_agreement"]["pushes"] == pushes

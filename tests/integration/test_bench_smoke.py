@@ -117,6 +117,7 @@ def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_pat
     """In its own process: the benchmark pins the process it runs in to one core."""
     from actorq.bench.fleet import DEFAULT_ENGINES
     from actorq.quant._ao import DEFAULT_ENGINE
+    from actorq.quant.onednn import default_engine
 
     out = tmp_path / "fleet.json"
     result = subprocess.run([sys.executable, "-m", "actorq.bench", "fleet", "--quick", "--learner-fps", "1000",
@@ -128,8 +129,10 @@ def test_fleet_benchmark_times_one_pinned_actor_core_and_sizes_the_fleet(tmp_pat
     assert env["precision"] == "env alone (ale)" and fp32["precision"] == "fp32"
     assert fp32_last["precision"] == "fp32 channels-last"
     assert [row["engine"] for row in int8s] == DEFAULT_ENGINES
-    # what a run gets: the default engine's copy under plain quant.bits=8, the other by override
-    assert [row["engine"] for row in int8s if row["run_with"] == "quant.bits=8"] == [DEFAULT_ENGINE]
+    # what a run gets: the default engine's copy (plain int8 tensors where torch has the kernels)
+    # under plain quant.bits=8, the others by override
+    assert [row["engine"] for row in int8s if row["run_with"] == "quant.bits=8"] == \
+        [default_engine(convolutional=True) or DEFAULT_ENGINE]
     fastest_fp32 = min(fp32["core_s_per_frame"], fp32_last["core_s_per_frame"])
     for int8 in int8s:
         assert int8["precision"] == f"int8 static ({int8['engine']})"

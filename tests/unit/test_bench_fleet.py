@@ -19,6 +19,9 @@ def test_a_trunk_with_an_fp32_first_stage_also_gets_its_all_int8_copy_with_the_o
     frames = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
     copies = list(int8_copies(policy, frames, ["x86"], "minmax", repeats=1))
     bits_8 = run_overrides("x86", "minmax")
+    from actorq.quant import onednn
+    if onednn.available():  # a convolutional trunk's default is plain: x86 is named
+        assert bits_8 == "quant.bits=8 quant.engine=x86"
     expected = [("int8 static (x86)", bits_8)]
     if trunk == "impala":
         expected.append(("int8 static, all int8 (x86)", f"{bits_8} quant.format=int8_static"))
@@ -45,7 +48,7 @@ def test_every_round_times_each_row_once_in_turn_after_a_warm_up_round():
 
 
 @pytest.mark.parametrize("trunk", ["nature", "impala"])
-def test_the_plain_engine_gets_one_copy_on_plain_int8_convolutions_with_its_override(trunk):
+def test_the_plain_engine_gets_one_copy_on_plain_int8_convolutions_the_default_of_bits_8(trunk):
     from actorq.bench.fleet import copy_bytes
     from actorq.quant import QuantSpec, onednn, payload_nbytes, quantize
 
@@ -55,8 +58,8 @@ def test_the_plain_engine_gets_one_copy_on_plain_int8_convolutions_with_its_over
     policy = PixelPolicy(trunk, 4, num_actions=4).eval()
     frames = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
     (precision, engine, overrides, copy, ms), = int8_copies(policy, frames, ["plain"], "minmax", repeats=1)
-    assert (precision, overrides) == ("int8 static (plain)", "quant.bits=8 quant.engine=plain") and ms > 0
+    assert (precision, overrides) == ("int8 static (plain)", "quant.bits=8") and ms > 0
     assert not any(type(module) is nn.Conv2d for module in copy.modules())  # the first stage too
     assert any(isinstance(module, onednn.Int8Conv2d) for module in copy.modules())
-    payload = quantize(policy, QuantSpec(bits=8, mode="static", engine="plain"), frames)
+    payload = quantize(policy, QuantSpec(bits=8, mode="static"), frames)  # quant.engine=null: plain
     assert copy_bytes(copy) == pytest.approx(payload_nbytes(payload), rel=0.02)

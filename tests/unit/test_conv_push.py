@@ -22,7 +22,7 @@ from actorq.util.errors import ConfigError
 from actorq.util.memory_format import set_channels_last, uses_channels_last
 
 FRAMES = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
-INT8 = QuantSpec(bits=8, mode="static")
+INT8 = QuantSpec(bits=8, mode="static", engine="x86")  # torch.ao's copy (the default, plain: test_plain_conv.py)
 
 
 def _frames(count: int, seed: int = 0) -> torch.Tensor:
@@ -165,7 +165,7 @@ def test_bits_8_keeps_impalas_first_stage_fp32_and_channels_last_and_int8_static
     kernels (the max-pool sees only 16 channels); ``quant.bits=8`` keeps them so, while
     ``quant.format=int8_static`` quantizes every layer. Nature-CNN has no such stage."""
     calibration, frames = _frames(16), _frames(4, seed=1)
-    all_int8 = QuantSpec(bits=8, mode="static", format="int8_static")
+    all_int8 = QuantSpec(bits=8, mode="static", format="int8_static", engine="x86")
     stage = first_stage(policy.trunk)
     impala = isinstance(policy.trunk[0], ImpalaCNN)
     assert [name.split(".")[-2:] for name in stage] == ([["convs", "0"], ["convs", "1"]] if impala else [])
@@ -191,7 +191,7 @@ def test_bits_8_keeps_the_output_layer_fp32_q_values_and_logits_alike_and_int8_s
                else PPO(FRAMES, pixel_trunk="nature").policy).eval()
     output = network.trunk[-1]
     calibration = _frames(16)
-    for spec, fp32_output in ((INT8, True), (QuantSpec(bits=8, mode="static", format="int8_static"), False)):
+    for spec, fp32_output in ((INT8, True), (QuantSpec(bits=8, mode="static", format="int8_static", engine="x86"), False)):
         actors = QuantizedNetwork.template_for(network, spec)
         actors.load_payload(quantize(network, spec, calibration))
         last = actors.built().trunk.get_submodule(str(len(network.trunk) - 1))

@@ -47,14 +47,16 @@ def _trained(policy: nn.Module) -> nn.Module:
     return changed
 
 
-def test_a_push_builds_and_runs_the_copy_with_every_warning_an_error(policy):
-    """No torch.ao, no quantized tensor on either side of a push: torch warns at both
-    (deprecations), and a warning here fails the test."""
+@pytest.mark.parametrize("spec", [PLAIN, QuantSpec(bits=8, mode="static")], ids=["plain", "bits8-default"])
+def test_a_push_builds_and_runs_the_copy_with_every_warning_an_error(policy, spec):
+    """No torch.ao, no quantized tensor on either side of a push, named or by default
+    (``quant.bits=8`` alone): torch warns at both (deprecations), and a warning here fails the
+    test."""
     calibration, frames = _frames(32), _frames(8, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        actors = QuantizedNetwork.template_for(policy, PLAIN)
-        payload = quantize(policy, PLAIN, calibration)
+        actors = QuantizedNetwork.template_for(policy, spec)
+        payload = quantize(policy, spec, calibration)
         actors.load_payload(payload)
         logits = actors(frames)
     assert {tensor.dtype for tensor in payload.values()} == {torch.int8, torch.float32}

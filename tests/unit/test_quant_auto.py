@@ -198,38 +198,50 @@ def test_auto_times_every_codec_marked_as_a_candidate_and_keeps_only_faithful_on
 
 # Per forward of 8 Breakout frames of IMPALA-CNN, one thread, on an AVX2-only AMD EPYC:
 # every int8 copy slower than fp32 (made up, near what the x86 engine measured before the
-# first stage stayed fp32), and as measured with it (onednn's copies the fastest).
-CONV_SLOWER_INT8_US = {"fp32": 13937.0, "int8_static": 15770.0, "int8_static_fp32_ends": 14500.0,
+# first stage stayed fp32), and as measured with it (onednn's copies the fastest). Named as
+# where torch has oneDNN's int8 kernels: quant.engine=null runs a convolutional trunk on plain
+# int8 tensors (no suffix), torch.ao's engines are named (_x86, _onednn).
+CONV_SLOWER_INT8_US = {"fp32": 13937.0, "int8_static_x86": 15770.0, "int8_static_fp32_ends_x86": 14500.0,
                        "int8_static_onednn": 14100.0, "int8_static_fp32_ends_onednn": 14000.0,
-                       "int8_static_plain": 14300.0, "int8_static_fp32_ends_plain": 14400.0}
-CONV_FASTER_INT8_US = {"fp32": 13560.0, "int8_static": 15560.0, "int8_static_fp32_ends": 11816.0,
+                       "int8_static": 14300.0, "int8_static_fp32_ends": 14400.0}
+CONV_FASTER_INT8_US = {"fp32": 13560.0, "int8_static_x86": 15560.0, "int8_static_fp32_ends_x86": 11816.0,
                        "int8_static_onednn": 11160.0, "int8_static_fp32_ends_onednn": 10056.0,
-                       "int8_static_plain": 10900.0, "int8_static_fp32_ends_plain": 10800.0}
+                       "int8_static": 10900.0, "int8_static_fp32_ends": 10800.0}
 
 
 # Nature-CNN has no first stage kept fp32: its two int8 copies would be the same, one is timed.
-NATURE_US = {"fp32": 2773.0, "int8_static_fp32_ends": 1970.0, "int8_static_fp32_ends_onednn": 1997.0,
-             "int8_static_fp32_ends_plain": 2100.0}
-NATURE_PLAIN_FASTEST_US = {**NATURE_US, "int8_static_fp32_ends_plain": 1200.0}
+NATURE_US = {"fp32": 2773.0, "int8_static_fp32_ends_x86": 1970.0, "int8_static_fp32_ends_onednn": 1997.0,
+             "int8_static_fp32_ends": 2100.0}
+NATURE_PLAIN_FASTEST_US = {**NATURE_US, "int8_static_fp32_ends": 1200.0}
+
+
+def _without_plain(name: str) -> str | None:
+    """A candidate's name where torch lacks oneDNN's int8 kernels: no plain copy, and torch.ao's
+    x86 engine is the default (``None``: the plain copy, not a candidate there)."""
+    if name == "fp32" or name.endswith("_onednn"):
+        return name
+    return name.removesuffix("_x86") if name.endswith("_x86") else None
 
 
 @pytest.mark.parametrize(("trunk", "timings", "picked"), [("impala", CONV_SLOWER_INT8_US, "fp32"),
                                                           ("impala", CONV_FASTER_INT8_US, "int8_static_fp32_ends_onednn"),
-                                                          ("nature", NATURE_US, "int8_static_fp32_ends"),
-                                                          ("nature", NATURE_PLAIN_FASTEST_US, "int8_static_fp32_ends_plain")])
+                                                          ("nature", NATURE_US, "int8_static_fp32_ends_x86"),
+                                                          ("nature", NATURE_PLAIN_FASTEST_US, "int8_static_fp32_ends")])
 def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_picked_by_its_timings(
         monkeypatch, trunk, timings, picked):
-    """A pixel policy's candidates are fp32 and, on each engine (``plain`` included), the int8
-    copy with its first stage in fp32 and, where it has one (IMPALA-CNN), with every layer in
-    int8 (no bf16 or int8 dynamic: they run MLPs only);
+    """A pixel policy's candidates are fp32 and, on each engine (plain int8 tensors, the
+    default, and torch.ao's), the int8 copy with its first stage in fp32 and, where it has one
+    (IMPALA-CNN), with every layer in int8 (no bf16 or int8 dynamic: they run MLPs only);
     made-up frames stand in when none are given, and the pick follows the timings (the action
-    errors are measured; the tolerance lets them all pass)."""
+    errors are measured; the tolerance lets them all pass). The run names the engine it picked."""
     from actorq.algos.conv import PixelPolicy
+    from actorq.quant.auto import named_engine
 
     if "onednn" not in torch.backends.quantized.supported_engines:
         timings = {name: us for name, us in timings.items() if not name.endswith("_onednn")}
     if not onednn.available():
-        timings = {name: us for name, us in timings.items() if not name.endswith("_plain")}
+        timings = {_without_plain(name): us for name, us in timings.items() if _without_plain(name)}
+        picked = _without_plain(picked)
     torch.manual_seed(0)
     policy = PixelPolicy(trunk, 4, num_actions=4).eval()
     given_timings(monkeypatch, timings)  # also checks that exactly these candidates were timed
@@ -239,7 +251,9 @@ def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_pick
         picked = "int8_static_fp32_ends"
     assert choice.name == picked and choice.spec.bits == (32 if picked == "fp32" else 8)
     assert set(choice.action_errors) == set(timings) and choice.action_errors["fp32"] == 0.0
-    if picked.endswith("_plain"):  # the actors run plain int8 convolutions
+    if picked != "fp32":  # the actors run plain int8 convolutions exactly where the pick says so
         copy = QuantizedNetwork.from_network(policy, choice.spec, calibration=torch.randint(
             0, 256, (16, 4, 84, 84), dtype=torch.uint8))
-        assert any(isinstance(module, onednn.Int8Conv2d) for module in copy.executable_trunk().modules())
+        plain = choice.spec.engine is None and onednn.available()
+        assert any(isinstance(module, onednn.Int8Conv2d) for module in copy.executable_trunk().modules()) == plain
+        assert named_engine(policy, choice.spec).engine == ("plain" if plain else choice.spec.engine)

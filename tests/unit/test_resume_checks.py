@@ -98,5 +98,22 @@ def test_quant_auto_resumes_at_the_precision_the_checkpoint_ran_at():
     from actorq.run.resume import resumed_precision
 
     checkpoint = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=8, mode="dynamic"))}}
-    assert resumed_precision(checkpoint, QuantSpec(bits="auto")) == QuantSpec(bits=8, mode="dynamic")
+    # the engine it ran: none named is torch.ao's default
+    assert resumed_precision(checkpoint, QuantSpec(bits="auto")) == QuantSpec(bits=8, mode="dynamic", engine="x86")
     assert resumed_precision(checkpoint, QuantSpec(bits=32)) == QuantSpec(bits=32)  # a set precision is checked
+
+
+@pytest.mark.parametrize(("saved_engine", "resumed_engine"), [(None, "x86"), ("plain", "plain"), ("onednn", "onednn")])
+def test_a_resumed_run_keeps_the_engine_its_actors_ran(saved_engine, resumed_engine):
+    """A checkpoint that names no engine ran torch.ao's default (an MLP's copy, or a
+    convolutional one from before plain int8 tensors became the default there): resumed with
+    ``quant.engine`` left null, its actors keep that engine, and the checkpoint check agrees."""
+    from actorq.quant import QuantSpec
+    from actorq.run.resume import resumed_precision, saved_quant
+
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=8, mode="static", engine=saved_engine))}}
+    resumed = resumed_precision(checkpoint, QuantSpec(bits=8, mode="static"))
+    assert resumed.engine == resumed_engine and saved_quant(checkpoint) == dataclasses.asdict(resumed)
+    assert resumed_precision(checkpoint, QuantSpec(bits=8, mode="static", engine="fbgemm")).engine == "fbgemm"
+    fp32 = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=32))}}
+    assert resumed_precision(fp32, QuantSpec(bits=32)) == QuantSpec(bits=32) and saved_quant(fp32)["engine"] is None

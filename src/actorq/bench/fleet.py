@@ -33,8 +33,9 @@ once per int8 engine in ``--engines`` (by default each x86 or onednn engine this
 ``plain``: plain int8 tensors on oneDNN's kernels, :mod:`actorq.quant.plain_conv`, whose
 ``quant.bits=8`` copy runs IMPALA-CNN's first stage in int8 too).
 Every engine gets its row, and ``run_with`` names the overrides that give a run that copy:
-the default engine's row (torch's, ``quant.engine=null``) is what ``quant.bits=8`` runs, so
-the table shows what a run gets beside what the other engine would give on this CPU. A trunk
+the default engine's row (``quant.engine=null``: ``plain`` where torch has its kernels,
+:func:`actorq.quant.onednn.default_engine`) is what ``quant.bits=8`` runs, so the table shows
+what a run gets beside what the other engines would give on this CPU. A trunk
 whose first stage ``quant.bits=8`` keeps in fp32 (IMPALA-CNN's) also gets the copy with every
 layer in int8 (``quant.format=int8_static``); ``quant.bits=8`` also keeps the output layer
 in fp32 (:func:`~actorq.quant.conv.fp32_parts`), a thin layer whose int8 copy a Nature-CNN
@@ -236,7 +237,7 @@ def run_overrides(engine: str, calibration: str) -> str:
     """The overrides under which a run's actors get the int8 copy of ``engine`` and
     ``calibration``."""
     overrides = ["quant.bits=8"]
-    if engine != DEFAULT_ENGINE:
+    if engine != (onednn.default_engine(convolutional=True) or DEFAULT_ENGINE):
         overrides.append(f"quant.engine={engine}")
     if calibration != RUN_CALIBRATION:
         overrides.append(f"quant.calibration={calibration}")

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from actorq.util.choice import MARGIN, fastest
-from actorq.quant import _ao, onednn
+from actorq.quant import _ao, codecs, onednn
 from actorq.quant.codecs import full_precision, registered
 from actorq.quant.conv import first_stage
 from actorq.quant.fidelity import action_error
@@ -72,9 +72,11 @@ class PrecisionChoice:
 def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_stage: bool = False) -> dict[str, QuantSpec]:
     """The precisions ``auto`` compares: one per registered codec that is an
     ``auto_candidate``, keeping ``spec``'s observer and granularity, and an int8-kernel codec
-    once per quantized engine worth trying here (the default one, torch.ao's ``onednn``, and
-    ``plain``: :mod:`actorq.quant.onednn`, :mod:`actorq.quant.plain_conv`). Each is named by its codec (plus
-    ``_onednn`` or ``_plain`` for the other engines).
+    once per int8 engine worth trying here besides the one ``spec`` runs (torch.ao's default
+    ``x86`` and ``onednn``, and ``plain``: :mod:`actorq.quant.onednn`,
+    :mod:`actorq.quant.plain_conv`; ``quant.engine=null`` runs ``plain`` on a convolutional
+    trunk, ``x86`` on an MLP: :func:`actorq.quant.onednn.default_engine`). Each is named by
+    its codec, plus ``_<engine>`` for the other engines.
 
     A ``convolutional`` trunk gets the codecs that run one and, if it has a first stage that
     ``int8_static_fp32_ends`` keeps in fp32 (``fp32_first_stage``), every int8-kernel codec
@@ -82,8 +84,9 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_sta
     Without one, the two int8 copies differ only in the thin output layer, which the
     candidate keeps in fp32 for its outputs' sake, and only the candidate is timed."""
     codecs = [codec for codec in registered() if _candidate(codec, convolutional, fp32_first_stage)]
-    others = [e for e in ("onednn",) if e in _ao.ENGINES] + list(onednn.engines())
-    engines = [spec.engine] + [e for e in others if e != (spec.engine or _ao.DEFAULT_ENGINE)]
+    runs = spec.engine or onednn.default_engine(convolutional) or _ao.DEFAULT_ENGINE
+    others = dict.fromkeys([_ao.DEFAULT_ENGINE, *(e for e in ("onednn",) if e in _ao.ENGINES), *onednn.engines()])
+    engines = [spec.engine] + [e for e in others if e != runs]
     candidates = {}
     for engine in engines:
         suffix = "" if engine == spec.engine else f"_{engine}"
@@ -192,7 +195,8 @@ def resolve_precision(
     observations: torch.Tensor | None = None,
     discrete: bool = False,
 ) -> tuple[QuantSpec, PrecisionChoice | None]:
-    """``spec`` itself, or for ``bits="auto"`` the spec :func:`select_precision` picks.
+    """``spec`` itself, or for ``bits="auto"`` the spec :func:`select_precision` picks, with the
+    engine ``quant.engine=null`` runs named (:func:`named_engine`).
 
     Example:
         >>> spec, choice = resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
@@ -200,6 +204,16 @@ def resolve_precision(
         ('int8 dynamic per_channel fp32-ends', None)
     """
     if not spec.is_auto:
-        return spec, None
+        return named_engine(network, spec), None
     choice = select_precision(network, spec, batch_size, observations, discrete)
-    return choice.spec, choice
+    return named_engine(network, choice.spec), choice
+
+
+def named_engine(network: nn.Module, spec: QuantSpec) -> QuantSpec:
+    """``spec`` with ``quant.engine=null`` named where it runs int8 kernels on a convolutional
+    trunk (``plain``: :func:`actorq.quant.onednn.default_engine`), so that what a run saves in
+    its checkpoints and prints says which copy its actors ran."""
+    trunk = getattr(network, "trunk", None)
+    if spec.engine is not None or spec.is_auto or trunk is None or not codecs.select(spec).int8_kernels:
+        return spec
+    return replace(spec, engine=onednn.default_engine(isinstance(layout_of(trunk), ModuleLayout)))

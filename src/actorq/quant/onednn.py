@@ -43,7 +43,8 @@ def available() -> bool:
 
 
 PLAIN = "plain"
-"""The ``quant.engine`` that runs an MLP's int8 actors on these layers."""
+"""The ``quant.engine`` that runs int8 actors on plain tensors: an MLP's on these layers, a
+convolutional trunk's on :mod:`actorq.quant.plain_conv`'s."""
 
 
 def engines() -> tuple[str, ...]:
@@ -53,8 +54,23 @@ def engines() -> tuple[str, ...]:
 
 def serves(spec) -> bool:
     """Whether an MLP copy at ``spec`` runs on these layers: ``quant.engine=plain``, where torch
-    has the kernels (any other engine, or none, runs torch.ao's quantized modules)."""
+    has the kernels (any other engine, or none, runs torch.ao's quantized modules: on an MLP
+    they are faster, docs/measured/quantization.md)."""
     return spec.engine == PLAIN and available()
+
+
+def serves_conv(spec) -> bool:
+    """Whether a convolutional copy at ``spec`` runs on plain int8 tensors
+    (:mod:`actorq.quant.plain_conv`): ``quant.engine=plain``, or no engine named, where torch
+    has the kernels (on both pixel trunks they ran faster than torch.ao's engines, with a
+    cheaper push: docs/measured/pixels.md); a torch.ao engine named runs its modules."""
+    return spec.engine in (None, PLAIN) and available()
+
+
+def default_engine(convolutional: bool) -> str | None:
+    """The engine ``quant.engine=null`` runs: :data:`PLAIN` for a convolutional trunk where torch
+    has the kernels, else ``None`` (torch.ao's default engine)."""
+    return PLAIN if convolutional and available() else None
 
 
 def quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX) -> torch.Tensor:

@@ -60,13 +60,16 @@ class QuantSpec:
         format: a codec's name (:mod:`actorq.quant.codecs`), to pick one that ``bits`` and
             ``mode`` alone do not (a codec registered with ``implicit = False``); ``None``:
             the codec serving ``bits`` and ``mode``.
-        engine: for ``bits=8``: the int8 kernel library the actors' weights are packed for
+        engine: for ``bits=8``: the int8 kernels the actors run: ``"plain"``, plain int8
+            tensors on oneDNN's kernels (:mod:`actorq.quant.onednn`,
+            :mod:`actorq.quant.plain_conv`), or a torch.ao engine's quantized modules
             (``"x86"``, ``"fbgemm"``, ``"onednn"``, ``"qnnpack"``, as this torch build has
-            them: torch.ao's quantized modules), or ``"plain"``: an MLP's actors on plain int8
-            tensors and oneDNN's kernels (:mod:`actorq.quant.onednn`; a convolutional copy
-            stays on torch.ao's default); ``None``: torch's default (``x86`` on x86-64). Which
-            is fastest depends on the CPU and the batch (``onednn`` uses AMX int8 units where
-            the CPU has them); ``bits=auto`` measures it.
+            them); ``None``: ``plain`` for a convolutional trunk, torch.ao's ``x86`` for an MLP
+            (the faster of the two for each here: docs/measured/pixels.md,
+            docs/measured/quantization.md; a run names the one it used,
+            :func:`actorq.quant.auto.named_engine`). Which is fastest depends on the CPU and
+            the batch (``onednn`` uses AMX int8 units where the CPU has them); ``bits=auto``
+            measures it.
         max_kl: the divergence budget of a stochastic policy's copy: a push whose measured
             ``KL(mu || pi)`` (the mean over held-out recent observations,
             :func:`actorq.quant.policy_divergence`) exceeds it goes out at the first of

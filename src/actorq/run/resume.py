@@ -162,7 +162,7 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
         raise ConfigError(f"ckpt_path={path}: the checkpoint's run has collected its {frames} frames already "
                           f"(actors.total_frames={total}); nothing is left to resume")
     check_shapes(checkpoint["state_dict"], learner.state_dict(), path)
-    then_quant = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
+    then_quant = saved_quant(checkpoint)
     if then_quant is not None and then_quant != dataclasses.asdict(quant):
         raise ConfigError(f"ckpt_path={path}: the checkpoint's actors ran at {then_quant}, this run's at "
                           f"{dataclasses.asdict(quant)}; resume with the same quant settings")
@@ -170,11 +170,32 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
 
 def resumed_precision(checkpoint: dict, quant):
     """The actors' precision for a resumed run: with ``quant.bits=auto``, the one the
-    checkpoint's run picked (measuring again could pick another); else ``quant`` itself."""
+    checkpoint's run picked (measuring again could pick another); with no ``quant.engine``
+    named, the engine its actors ran (:func:`saved_quant`); else ``quant`` itself."""
     from actorq.quant import QuantSpec
 
+    saved = saved_quant(checkpoint)
+    if saved is None:
+        return quant
+    if quant.is_auto:
+        return QuantSpec(**saved)
+    if quant.engine is None and saved["engine"] is not None and saved["bits"] == quant.bits:
+        return dataclasses.replace(quant, engine=saved["engine"])
+    return quant
+
+
+def saved_quant(checkpoint: dict) -> dict | None:
+    """The actors' precision a checkpoint holds, ``quant.engine`` named as its actors ran it: a
+    run names the engine of a convolutional policy's int8 copy (``plain``), and one that names
+    none ran torch.ao's default (``x86``: an MLP's copy, or a convolutional one from before
+    plain int8 tensors were the default there). ``None`` for a checkpoint without one."""
+    from actorq.quant import QuantSpec, codecs
+    from actorq.quant._ao import DEFAULT_ENGINE
+
     saved = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
-    return QuantSpec(**saved) if quant.is_auto and saved is not None else quant
+    if saved is None or saved.get("engine") is not None or saved.get("bits") == "auto":
+        return saved
+    return {**saved, "engine": DEFAULT_ENGINE} if codecs.select(QuantSpec(**saved)).int8_kernels else saved
 
 
 def check_shapes(saved: dict, current: dict, path: Path) -> None:

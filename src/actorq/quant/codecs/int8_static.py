@@ -10,8 +10,9 @@ a ReLU after a LayerNorm runs on the quantized tensor. Other activations have no
 here and are refused.
 
 A convolutional trunk (:class:`~actorq.quant.module_layout.ModuleLayout`) runs on plain int8
-tensors and oneDNN's kernels with ``quant.engine=plain`` (:mod:`actorq.quant.plain_conv`), else
-through torch.ao's FX graph mode (:func:`actorq.quant.conv.quantize_conv_policy`): per-channel
+tensors and oneDNN's kernels (:mod:`actorq.quant.plain_conv`) unless ``quant.engine`` names a
+torch.ao engine (:func:`actorq.quant.onednn.serves_conv`); then it runs through torch.ao's FX
+graph mode (:func:`actorq.quant.conv.quantize_conv_policy`): per-channel
 int8 weights, conv+ReLU fused, int8 residual adds; its payload is the converted module's state
 as plain tensors, its activation ranges on 8 bits, which the actors load into a module of the
 same structure, on 7 bits where their own CPU needs it
@@ -60,7 +61,7 @@ class Int8Static(Codec):
         check_static_blocks(layout, range(layout.num_layers))
 
     def payload_spec(self, layout, spec):
-        if isinstance(layout, ModuleLayout) and onednn.serves(spec):
+        if isinstance(layout, ModuleLayout) and onednn.serves_conv(spec):
             return plain_conv.payload_spec(layout.architecture, self.fp32_ends, spec.granularity)
         if isinstance(layout, ModuleLayout):
             return state_payload_spec(self._template(layout, spec).state_dict())
@@ -75,7 +76,7 @@ class Int8Static(Codec):
         return out
 
     def encode(self, trunk, layout, spec, calibration):
-        if isinstance(layout, ModuleLayout) and onednn.serves(spec):
+        if isinstance(layout, ModuleLayout) and onednn.serves_conv(spec):
             return plain_conv.encode(trunk, calibration, self.fp32_ends, spec.granularity, spec.calibration)
         if isinstance(layout, ModuleLayout):  # the 8-bit ranges: each actor re-expresses them for its CPU
             converted = quantize_conv_policy(trunk, calibration, _engine(spec), full_range=True,
@@ -94,9 +95,9 @@ class Int8Static(Codec):
         return payload
 
     def decode(self, layout, spec, payload):
+        if isinstance(layout, ModuleLayout) and onednn.serves_conv(spec):
+            return plain_conv.decode(layout.architecture, payload, self.fp32_ends)
         if onednn.serves(spec):
-            if isinstance(layout, ModuleLayout):
-                return plain_conv.decode(layout.architecture, payload, self.fp32_ends)
             return _decode_plain(layout, payload)
         with _ao.packing_engine(_engine(spec)):
             if isinstance(layout, ModuleLayout):
@@ -109,7 +110,7 @@ class Int8Static(Codec):
             return self._decode(layout, spec, payload)
 
     def dequantized_weights(self, layout, spec, payload):
-        if isinstance(layout, ModuleLayout) and onednn.serves(spec):
+        if isinstance(layout, ModuleLayout) and onednn.serves_conv(spec):
             return plain_conv.dequantized_weights(layout.architecture, payload)
         if isinstance(layout, ModuleLayout):
             return quantized_weights(self._template(layout, spec).state_dict(), payload)
@@ -137,7 +138,7 @@ class Int8Static(Codec):
     def reference(self, trunk, spec, calibration):
         if isinstance(trunk, nn.Sequential) and not _convolutional(trunk):
             return _ao.convert_static(trunk, calibration, spec)
-        if onednn.serves(spec):
+        if onednn.serves_conv(spec):
             payload = plain_conv.encode(trunk, calibration, self.fp32_ends, spec.granularity, spec.calibration)
             return plain_conv.decode(trunk, payload, self.fp32_ends)
         return quantize_conv_policy(trunk, calibration, _engine(spec), observer=spec.calibration,
