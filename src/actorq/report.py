@@ -485,9 +485,10 @@ def order_note(precisions: dict[str, list[Run]]) -> list[str]:
     return [*notes, ""] if notes else []
 
 
-def plot_experiment(name: str, precisions: dict[str, list[Run]], out: Path, target: float | None) -> list[Path]:
-    """Two PNGs: eval return vs wall-clock seconds (from the first collected frame) and vs
-    env frames, mean and min-max band."""
+def plot_experiment(name: str, precisions: dict[str, list[Run]], out: Path, target: float | None,
+                    axes: tuple[str, ...] = ("time", "frames")) -> list[Path]:
+    """A PNG per axis in ``axes``: eval return vs wall-clock seconds (from the first collected
+    frame, ``"time"``) and vs env frames (``"frames"``), mean and min-max band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -498,6 +499,8 @@ def plot_experiment(name: str, precisions: dict[str, list[Run]], out: Path, targ
     slug = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
     for axis, index, label in (("time", 0, "wall-clock from the first collected frame (s)"),
                                ("frames", 1, "env frames")):
+        if axis not in axes:
+            continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for precision, runs in precisions.items():
             curves = [r.evals for r in runs if r.completed and r.evals]
