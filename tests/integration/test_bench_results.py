@@ -72,6 +72,23 @@ def check_an_ab_of_one_setting(tmp_path, default, capsys):
                                   f"default={default}:actorq-fp32", f"gamma 0.9={ab}:actorq-fp32", f"SB3={default}:sb3"])
     assert list(finals) == ["default", "gamma 0.9", "SB3"] and all(len(v) == 1 for v in finals.values())
     assert (tmp_path / "plots" / "gamma_ab_return_vs_frames.png").stat().st_size > 0
+    check_run_curves(tmp_path, [folder / "cells" / "dqn_cartpole-actorq-fp32-seed0" / "run" for folder in (default, ab)])
+
+
+def check_run_curves(tmp_path, run_dirs):
+    """``benchmarks.run_curves`` draws whole run dirs, a curve each, and finds each one's first
+    evaluation at a target; the wall-clock plot only for runs said to have run alone."""
+    from benchmarks import run_curves
+
+    plots = tmp_path / "run_plots"
+    sources = [f"run {index}={run_dir}" for index, run_dir in enumerate(run_dirs)]
+    reached = run_curves.main(["--name", "runs", "--target=-1e9", "--out", str(plots), *sources])
+    assert list(reached) == ["run 0", "run 1"] and all(frames > 0 for _, frames in reached.values())
+    assert run_curves.main(["--name", "runs", "--target", "1e9", "--out", str(plots), *sources]) == \
+        {"run 0": None, "run 1": None}
+    assert (plots / "runs_return_vs_frames.png").stat().st_size > 0 and not (plots / "runs_return_vs_time.png").exists()
+    run_curves.main(["--name", "runs", "--alone", "--out", str(plots), *sources])
+    assert (plots / "runs_return_vs_time.png").stat().st_size > 0
 
 
 def test_an_on_policy_task_is_probed_in_lock_step(tmp_path):
