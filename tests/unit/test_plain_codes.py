@@ -95,3 +95,35 @@ def test_the_histogram_search_is_refused_in_one_line():
     spec = QuantSpec(bits=8, mode="static", calibration="histogram", engine="plain")
     with pytest.raises(ConfigError, match="calibrates an MLP with minmax or moving_average ranges"):
         plain_codes.static_payload(_trunk(False), torch.randn(8, 17), spec, 255)
+
+
+def test_the_fp32_ends_quantize_and_dequantize_in_their_own_pass_and_script():
+    """``quant.bits=8``'s MLP copy on plain tensors runs its fp32 first layer into the int8
+    codes, and the last int8 layer's codes into the fp32 last layer, each as one module
+    (fewer passes over the activations), computing what torch.ao's copy computes; the copy
+    scripts for ``actorq export``."""
+    from tests.helpers import assert_computes_the_reference
+
+    torch.manual_seed(0)
+    actor, observations = DeterministicActor(SPEC, (64, 64, 64)).eval(), torch.randn(256, 17)
+    plain = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="static", engine="plain"),
+                                          calibration=observations).executable_trunk()
+    assert [type(module) for module in plain] == [onednn.LinearToCodes, onednn.Int8Linear, onednn.Int8Linear,
+                                                  onednn.CodesToLinear]
+    reference = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="static"),
+                                              calibration=observations).executable_trunk()
+    with torch.no_grad():
+        assert_computes_the_reference(plain(observations), reference(observations))
+        assert torch.equal(torch.jit.script(plain)(observations), plain(observations))
+
+
+def test_codes_with_a_zero_point_are_dequantized_before_the_fp32_layer():
+    """Folding a zero point into the fp32 layer's bias would cancel large terms against each
+    other (``(W s) c - z W s 1``): such codes keep their own dequantize."""
+    linear = nn.Linear(8, 4)
+    modules = onednn.fused_ends([onednn.Dequantize(0.1, 3), linear])
+    assert [type(module) for module in modules] == [onednn.Dequantize, nn.Linear]
+    codes = torch.randint(0, 256, (5, 8), dtype=torch.uint8)
+    fused, = onednn.fused_ends([onednn.Dequantize(0.1, 0), linear])
+    with torch.no_grad():
+        assert torch.allclose(fused(codes), linear(onednn.Dequantize(0.1, 0)(codes)), atol=1e-5)

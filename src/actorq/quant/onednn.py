@@ -304,3 +304,66 @@ class Int8LayerNorm(nn.Module):
         if self.relu:
             normed = torch.relu(normed)
         return torch.clamp(torch.round(normed / self.out_scale) + self.out_zero_point, 0, self.quant_max).to(torch.uint8)
+
+
+class LinearToCodes(nn.Module):
+    """An fp32 ``Linear`` (-> ReLU) whose output :class:`Quantize` takes, in one pass: the
+    quantization's ``1 / scale`` and zero point are folded into the weight and bias, and the
+    clamp to the codes' range is the ReLU (``round(relu(W x + b) / s) + z`` is
+    ``clamp(round((W / s) x + b / s + z), z, quant_max)``). Three elementwise passes where the
+    unfused modules take six."""
+
+    def __init__(self, linear: nn.Linear, relu: bool, quantize: Quantize):
+        super().__init__()
+        self.weight = linear.weight.detach().float() / quantize.scale
+        bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(linear.out_features)
+        self.bias = bias / quantize.scale + quantize.zero_point
+        self.low, self.high = float(quantize.zero_point if relu else 0), float(quantize.quant_max)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias).round_().clamp_(self.low, self.high).to(torch.uint8)
+
+    def extra_repr(self) -> str:
+        return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}, codes in [{self.low:g}, {self.high:g}]"
+
+
+class CodesToLinear(nn.Module):
+    """``uint8`` codes that :class:`Dequantize` would turn into an fp32 ``Linear``'s input, in one
+    pass: the scale and zero point folded into the weight and bias
+    (``W ((c - z) s) + b`` is ``(W s) c + (b - z W s 1)``)."""
+
+    def __init__(self, dequantize: Dequantize, linear: nn.Linear):
+        super().__init__()
+        self.weight = linear.weight.detach().float() * dequantize.scale
+        bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(linear.out_features)
+        self.bias = bias - dequantize.zero_point * self.weight.sum(dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.to(torch.float32), self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}"
+
+
+def fused_ends(modules: list[nn.Module]) -> list[nn.Module]:
+    """``modules`` with each fp32 ``Linear`` (-> ``ReLU``) -> :class:`Quantize` run as one
+    :class:`LinearToCodes`, and each :class:`Dequantize` of codes with zero point 0 (a ReLU's)
+    -> ``Linear`` as one :class:`CodesToLinear` (an MLP's fp32 ends around its int8 layers);
+    the rest as given."""
+    out: list[nn.Module] = []
+    i = 0
+    while i < len(modules):
+        module = modules[i]
+        relu = i + 1 < len(modules) and isinstance(modules[i + 1], nn.ReLU)
+        after = modules[i + 1 + relu] if i + 1 + relu < len(modules) else None
+        if type(module) is nn.Linear and isinstance(after, Quantize):
+            out.append(LinearToCodes(module, relu, after))
+            i += 2 + relu
+        elif isinstance(module, Dequantize) and module.zero_point == 0 and i + 1 < len(modules) \
+                and type(modules[i + 1]) is nn.Linear:  # (with a zero point, z W s 1 would cancel (W s) c)
+            out.append(CodesToLinear(module, modules[i + 1]))
+            i += 2
+        else:
+            out.append(module)
+            i += 1
+    return out

@@ -42,7 +42,7 @@ import re
 import torch
 from torch import nn
 
-from actorq.quant import _ao
+from actorq.quant import _ao, onednn
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import FLOAT32, float_layer, float_layer_spec, layer_modules, plain_linear
 from actorq.quant.codecs.int8_static import Int8Static, Int8StaticConvFp32Ends, check_static_blocks
@@ -109,6 +109,8 @@ class Int8StaticFp32Ends(Codec):
             modules.extend(self.middle.decode(_middle(layout), spec, middle_payload))
         if last:
             modules.extend(_plain_layer(layout, payload, last))
+        if onednn.serves(spec):  # the fp32 ends quantize and dequantize in their own pass
+            modules = onednn.fused_ends(modules)
         return nn.Sequential(*modules)
 
     def dequantized_weights(self, layout, spec, payload):
