@@ -127,3 +127,22 @@ def test_codes_with_a_zero_point_are_dequantized_before_the_fp32_layer():
     fused, = onednn.fused_ends([onednn.Dequantize(0.1, 0), linear])
     with torch.no_grad():
         assert torch.allclose(fused(codes), linear(onednn.Dequantize(0.1, 0)(codes)), atol=1e-5)
+
+
+def test_a_dynamic_copy_runs_each_relu_in_its_int8_kernel_and_scripts():
+    """``quant.bits=8 mode=dynamic`` on plain tensors: the ReLU after an int8 layer runs in its
+    kernel, and the copy computes what torch.ao's dynamic copy computes."""
+    from tests.helpers import assert_computes_the_reference
+
+    torch.manual_seed(0)
+    actor, observations = DeterministicActor(SPEC, (64, 64, 64)).eval(), torch.randn(256, 17)
+    plain = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic", engine="plain"),
+                                          calibration=observations).executable_trunk()
+    assert [type(module) for module in plain] == [nn.Linear, nn.ReLU, onednn.DynamicInt8Linear,
+                                                  onednn.DynamicInt8Linear, nn.Linear]
+    assert all(module.linear.post_op == "relu" for module in plain if isinstance(module, onednn.DynamicInt8Linear))
+    reference = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"),
+                                              calibration=observations).executable_trunk()
+    with torch.no_grad():
+        assert_computes_the_reference(plain(observations), reference(observations))
+        assert torch.equal(torch.jit.script(plain)(observations), plain(observations))

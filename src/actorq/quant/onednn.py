@@ -267,24 +267,30 @@ class Int8Conv2d(nn.Module):
 class DynamicInt8Linear(nn.Module):
     """fp32 in and out: each batch's activations quantized on the range they span (with 0 in
     it), on all 8 bits where :func:`saturates_full_range` allows, then :class:`Int8Linear`'s
-    kernel."""
+    kernel, with a fused ReLU if ``relu``."""
 
-    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, bias: torch.Tensor):
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, bias: torch.Tensor,
+                 relu: bool = False):
         super().__init__()
-        self.linear = Int8Linear(codes, scale, bias, in_qparams=(1.0, 0), out_qparams=None, relu=False,
+        self.linear = Int8Linear(codes, scale, bias, in_qparams=(1.0, 0), out_qparams=None, relu=relu,
                                  zero_point=zero_point)
         self.quant_max = activation_max()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        low = torch.clamp(x.min(), max=0.0)
-        high = torch.clamp(x.max(), min=0.0)
-        scale = float(torch.clamp((high - low) / self.quant_max, min=1e-8))
-        zero_point = int(torch.round(-low / scale))
-        codes = torch.clamp(torch.round(x / scale) + zero_point, 0, self.quant_max).to(torch.uint8)
+        low, high = torch.aminmax(x)  # one pass; the scale and zero point are then Python numbers
+        low, high = min(float(low), 0.0), max(float(high), 0.0)
+        scale = max((high - low) / self.quant_max, 1e-8)
+        zero_point = int(round(-low / scale))
+        codes = (x / scale).round_().add_(zero_point).clamp_(0, self.quant_max).to(torch.uint8)
         linear = self.linear
         return torch.ops.onednn.qlinear_pointwise(
             codes, scale, zero_point, linear.packed, linear.weight_scale, linear.weight_zero_point, linear.bias,
-            1.0, 0, torch.float32, "none", [], "")
+            1.0, 0, torch.float32, linear.post_op, [], "")
+
+    def with_relu(self) -> DynamicInt8Linear:
+        """The same layer with a ReLU fused into its kernel."""
+        linear = self.linear
+        return DynamicInt8Linear(linear.weight, linear.weight_scale, None, linear.bias, relu=True)
 
 
 class Int8LayerNorm(nn.Module):
@@ -347,8 +353,9 @@ class CodesToLinear(nn.Module):
 
 def fused_ends(modules: list[nn.Module]) -> list[nn.Module]:
     """``modules`` with each fp32 ``Linear`` (-> ``ReLU``) -> :class:`Quantize` run as one
-    :class:`LinearToCodes`, and each :class:`Dequantize` of codes with zero point 0 (a ReLU's)
-    -> ``Linear`` as one :class:`CodesToLinear` (an MLP's fp32 ends around its int8 layers);
+    :class:`LinearToCodes`, each :class:`Dequantize` of codes with zero point 0 (a ReLU's)
+    -> ``Linear`` as one :class:`CodesToLinear` (an MLP's fp32 ends around its int8 layers),
+    and each :class:`DynamicInt8Linear` -> ``ReLU`` as the layer with the ReLU in its kernel;
     the rest as given."""
     out: list[nn.Module] = []
     i = 0
@@ -359,6 +366,9 @@ def fused_ends(modules: list[nn.Module]) -> list[nn.Module]:
         if type(module) is nn.Linear and isinstance(after, Quantize):
             out.append(LinearToCodes(module, relu, after))
             i += 2 + relu
+        elif isinstance(module, DynamicInt8Linear) and module.linear.post_op == "none" and relu:
+            out.append(module.with_relu())
+            i += 2
         elif isinstance(module, Dequantize) and module.zero_point == 0 and i + 1 < len(modules) \
                 and type(modules[i + 1]) is nn.Linear:  # (with a zero point, z W s 1 would cancel (W s) c)
             out.append(CodesToLinear(module, modules[i + 1]))
