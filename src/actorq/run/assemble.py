@@ -78,8 +78,6 @@ def assemble(cfg: DictConfig) -> RunParts:
     plan in one pass: callbacks, logger, experience, trainer. Raises
     :class:`~actorq.util.errors.ConfigError` for a bad config, run dir or checkpoint."""
     check_run_config(cfg)
-    if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
-        start_fork_server()  # its imports overlap building the run, before the actors start
     run_dir = Path(cfg.run_dir)
     resume_from = find_checkpoint(cfg.get("ckpt_path"), run_dir)
     follower = launched_rank() > 0
@@ -103,11 +101,21 @@ def assemble(cfg: DictConfig) -> RunParts:
     else:
         bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
         trainer_callbacks = [*callbacks.values(), *bar]
-    return RunParts(run_dir=run_dir, resume_from=resume_from, learner=learner, plan=plan, callbacks=callbacks,
-                    logger=logger, experience=experience, follower=follower,
-                    quant=None if actors is None else actors.quant,
-                    precision_choice=None if actors is None else actors.choice,
-                    trainer=build_trainer(cfg, plan, trainer_callbacks, logger))
+    parts = RunParts(run_dir=run_dir, resume_from=resume_from, learner=learner, plan=plan, callbacks=callbacks,
+                     logger=logger, experience=experience, follower=follower,
+                     quant=None if actors is None else actors.quant,
+                     precision_choice=None if actors is None else actors.choice,
+                     trainer=build_trainer(cfg, plan, trainer_callbacks, logger))
+    start_actors_server(cfg)
+    return parts
+
+
+def start_actors_server(cfg: DictConfig) -> None:
+    """Starts the fork server the actor processes will start from (local actors, first learner
+    rank), its imports overlapping the trainer's set-up: once the run is assembled, so that a
+    run refused for its config, run dir, checkpoint or any part starts no process."""
+    if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
+        start_fork_server()
 
 
 def plan_learner(cfg: DictConfig, learner, plan: RunPlan, run_dir: Path, resume_from: Path | None):
