@@ -225,3 +225,19 @@ def test_actor_critic_updates_are_not_clipped_by_default():
     learner.update(sample)
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in learner.critics.parameters()]))
     assert float(norm) > 10
+
+
+def test_dqns_n_step_left_null_is_one_on_frames_and_three_on_vectors_and_more_on_frames_is_refused():
+    """``algo=dqn`` with any env: ``n_step: null`` fits the replay (a replay of frames stores
+    one-step transitions), so ``env=ALE/Pong-v5`` trains with the default algorithm; an
+    ``n_step`` above 1 on frames is refused when the learner is built, before any process."""
+    from actorq.algos.dqn import DQN
+    from actorq.envs import EnvSpec
+    from actorq.util.errors import ConfigError
+
+    frames = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+    vectors = EnvSpec(obs_dim=4, discrete=True, num_actions=2)
+    assert DQN(frames, Exploration(0.1), n_step=None).n_step == 1
+    assert DQN(vectors, Exploration(0.1), hidden=(8,), n_step=None).n_step == 3
+    with pytest.raises(ConfigError, match="set algo.n_step=1 .or null., not 3"):
+        DQN(frames, Exploration(0.1), n_step=3)

@@ -21,6 +21,10 @@ from torch import nn
 from actorq.algos.base import Exploration, Learner, check_positive
 from actorq.envs import EnvSpec
 from actorq.algos.batches import Sample
+from actorq.util.errors import ConfigError
+
+N_STEP_ON_VECTORS = 3
+"""``n_step=None`` on vector observations: 3-step returns (Rainbow's; DQN's default here)."""
 
 
 class Sampling(Protocol):
@@ -43,7 +47,9 @@ class OffPolicyLearner(Learner):
         spec: the environment spec.
         exploration: actor-side exploration schedule.
         gamma: discount factor.
-        n_step: rewards summed per transition.
+        n_step: rewards summed per transition; ``None``: 1 on frames (a replay of frames
+            stores one-step transitions), :data:`N_STEP_ON_VECTORS` otherwise. More than 1 on
+            frames is refused.
         batch_size: transitions per gradient update.
         update_to_data: gradient updates per environment frame received.
         learning_starts: frames stored before the first update; a run resumed with a replay
@@ -67,7 +73,7 @@ class OffPolicyLearner(Learner):
         spec: EnvSpec,
         exploration: Exploration,
         gamma: float = 0.99,
-        n_step: int = 1,
+        n_step: int | None = 1,
         batch_size: int = 256,
         update_to_data: float = 1.0,
         learning_starts: int = 1000,
@@ -81,6 +87,10 @@ class OffPolicyLearner(Learner):
         check_positive(target_tau=target_tau)
         if not target_tau <= 1:
             raise ValueError(f"target_tau must be in (0, 1], got {target_tau}")
+        if n_step is None:
+            n_step = 1 if spec.pixels else N_STEP_ON_VECTORS
+        if spec.pixels and n_step != 1:
+            raise ConfigError(f"a replay of frames stores one-step transitions: set algo.n_step=1 (or null), not {n_step}")
         self.n_step = n_step
         self.batch_size = batch_size
         self.update_to_data = update_to_data
