@@ -25,6 +25,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from actorq.actors.processes import start_fork_server
+from actorq.data.learner_ranks import launched_rank
 from actorq.experience import Experience
 from actorq.run.assemble import RunParts, assemble, write_run_files
 from actorq.run.console import lightning_without_adverts
@@ -47,6 +49,7 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
         experience, trainer, callbacks (by their name under ``callbacks``), precision_choice.
     """
     run = assemble(cfg)
+    start_actors_server(cfg)  # once the run is assembled: a refused run starts no process
     if run.follower:
         return follow(run)
     write_run_files(cfg, run)
@@ -85,6 +88,13 @@ def train(cfg: DictConfig) -> tuple[dict, dict]:
     objects = {"learner": run.learner, "experience": run.experience, "trainer": run.trainer,
                "callbacks": run.callbacks, "precision_choice": choice}
     return summary, objects
+
+
+def start_actors_server(cfg: DictConfig) -> None:
+    """Starts the fork server the actor processes will start from (local actors, first learner
+    rank), so that its imports overlap the trainer's set-up."""
+    if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
+        start_fork_server()
 
 
 def follow(run: RunParts) -> tuple[dict, dict]:

@@ -3,8 +3,8 @@
 the actors' precisions), the plan, then what is built from the plan (callbacks, logger, the
 experience pipeline and the trainer).
 ``train()`` takes the :class:`RunParts` and reads no node of the config after them; nothing here
-writes into the run dir or starts an actor process (the fork server that will start them
-does start, so its imports overlap the assembly). ``actorq.train``'s example assembles a run.
+writes into the run dir or starts a process (``train()`` then starts the actors' fork server).
+``actorq.train``'s example assembles a run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from actorq.actors.policy import actor_policy
-from actorq.actors.processes import start_fork_server
 from actorq.callbacks.progress import FrameProgressBar
 from actorq.data.learner_ranks import launched_rank, strategy
 from actorq.envs import EnvSpec, make_env, random_observations, suite_modules, suite_options
@@ -101,21 +100,11 @@ def assemble(cfg: DictConfig) -> RunParts:
     else:
         bar = [FrameProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []  # in env frames
         trainer_callbacks = [*callbacks.values(), *bar]
-    parts = RunParts(run_dir=run_dir, resume_from=resume_from, learner=learner, plan=plan, callbacks=callbacks,
-                     logger=logger, experience=experience, follower=follower,
-                     quant=None if actors is None else actors.quant,
-                     precision_choice=None if actors is None else actors.choice,
-                     trainer=build_trainer(cfg, plan, trainer_callbacks, logger))
-    start_actors_server(cfg)
-    return parts
-
-
-def start_actors_server(cfg: DictConfig) -> None:
-    """Starts the fork server the actor processes will start from (local actors, first learner
-    rank), its imports overlapping the trainer's set-up: once the run is assembled, so that a
-    run refused for its config, run dir, checkpoint or any part starts no process."""
-    if cfg.actors.get("backend", "process") == "process" and launched_rank() == 0:
-        start_fork_server()
+    return RunParts(run_dir=run_dir, resume_from=resume_from, learner=learner, plan=plan, callbacks=callbacks,
+                    logger=logger, experience=experience, follower=follower,
+                    quant=None if actors is None else actors.quant,
+                    precision_choice=None if actors is None else actors.choice,
+                    trainer=build_trainer(cfg, plan, trainer_callbacks, logger))
 
 
 def plan_learner(cfg: DictConfig, learner, plan: RunPlan, run_dir: Path, resume_from: Path | None):
