@@ -53,7 +53,7 @@ class RunPlan:
         learner_precision: ``trainer.precision`` resolved, and why; ``None`` until it is (a
             sweep's check of its jobs plans without timing anything).
         actor_precision: the actors' precision as measured or kept (``quant.bits=auto``'s
-            pick, e.g. ``"int8 static x86"``); ``None`` until it is, or with no actors (a
+            pick, e.g. ``"int8 static per_channel fp32-ends plain"``); ``None`` until it is, or with no actors (a
             learner rank after the first).
     """
 
