@@ -15,7 +15,8 @@ LOAD_WITHOUT_ACTORQ = """
 import json, sys
 sys.modules["actorq"] = None  # any import of actorq would fail
 import torch
-policy = torch.jit.load(sys.argv[1])
+path = sys.argv[1]
+policy = torch.export.load(path).module() if path.endswith(".pt2") else torch.jit.load(path)
 obs = torch.tensor(json.loads(sys.argv[2]))
 print(json.dumps(policy(obs).tolist()))
 """
@@ -50,6 +51,12 @@ def test_export_cli_writes_a_policy_plain_torch_runs(make_cfg, tmp_path):
     assert torch.allclose(standalone, expected, atol=1e-5)
     assert (standalone - fp32).abs().max() < 0.2  # int8 is close to the learner's fp32 policy
 
+    program = tmp_path / "policy.pt2"  # the same copy as an ExportedProgram: its codes, computed in fp32
+    result = subprocess.run([sys.executable, "-m", "actorq.export", str(ckpt), str(program)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "torch.export.load" in result.stdout, result.stderr[-2000:]
+    assert torch.allclose(run_standalone(program, observations), expected, atol=2e-3)
+
 
 def test_export_of_a_discrete_fp32_run_is_its_greedy_fp32_policy(make_cfg, tmp_path):
     import actorq
@@ -67,6 +74,8 @@ def test_export_of_a_discrete_fp32_run_is_its_greedy_fp32_policy(make_cfg, tmp_p
     observations = random_observations(make_env("CartPole-v1", seed=1), 10)
     actions = run_standalone(out, observations)
     assert torch.equal(actions, actorq.load(tmp_path).act(observations))
+    program = actorq.load(tmp_path).export(tmp_path / "policy.pt2")
+    assert torch.equal(run_standalone(program, observations), actions)
 
 
 def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):

@@ -24,5 +24,5 @@ def test_the_readme_python_example_trains_acts_evaluates_and_exports(tmp_path):
     action, mean_return = result.stdout.split()[-2:]
     assert action in ("0", "1") and float(mean_return) > 0
     assert (tmp_path / "runs/ppo/summary.json").exists() and (tmp_path / "runs/ppo/checkpoints/last.ckpt").exists()
-    policy = torch.jit.load(str(tmp_path / "policy.pt"))
-    assert policy(torch.zeros(4)).shape == ()  # the int8 actors' argmax, with torch alone
+    policy = torch.export.load(str(tmp_path / "policy.pt2")).module()
+    assert policy(torch.zeros(1, 4)).shape == (1,)  # the int8 copy's argmax, with torch alone

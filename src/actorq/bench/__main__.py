@@ -20,6 +20,7 @@ BENCHMARKS = {
     "scaleout": "Ray actors vs local processes: frames/s, and the int8 push over Ray",
     "fleet": "Atari with a CNN policy: one actor core's frames/s and cost per frame, fp32 vs int8",
     "pixel_learner": "PPO's learner on Atari frames: frames/s it consumes, on this CPU or GPU",
+    "export": "an exported policy's µs per forward and size: .pt2 vs TorchScript, fp32 vs int8",
 }
 # The results table against Stable-Baselines3 is a maintainers' harness outside the package:
 # `python -m benchmarks.results` from the repository root (docs/results.md).

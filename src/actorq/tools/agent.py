@@ -1,6 +1,6 @@
 """A trained run as a policy: ``actorq.load(run_dir)`` -> an :class:`Agent` that acts
 (``act``, ``predict``), plays evaluation episodes (``evaluate``), saves itself as one file
-that ``actorq.load`` reads back (``save``) and writes itself as one TorchScript file (``export``).
+that ``actorq.load`` reads back (``save``) and writes its policy as one file plain ``torch`` runs (``export``).
 
 The learner is rebuilt from the run dir's ``config.yaml`` and a checkpoint
 (:mod:`actorq.tools.rebuild`). The agent plays either the learner's fp32 policy or the
@@ -145,10 +145,11 @@ class Agent:
         return path
 
     def export(self, path: str | Path, bits: int | None = None) -> Path:
-        """Writes the actors' policy of this agent's checkpoint as one TorchScript file (what
-        ``actorq export`` writes; :func:`actorq.tools.standalone.export_checkpoint`) and
-        returns its path: the payload the actors last received, or for an fp32 run int8
-        unless ``bits`` says otherwise."""
+        """Writes the actors' policy of this agent's checkpoint as one file plain ``torch`` runs
+        (what ``actorq export`` writes; :func:`actorq.tools.standalone.export_checkpoint`): an
+        ExportedProgram if ``path`` ends in ``.pt2``, else TorchScript. Returns its path. The
+        policy is the payload the actors last received (an fp32 run's fp32 policy), or a
+        fresh quantization at ``bits``."""
         if self.checkpoint is None:
             raise ConfigError("this run saved no checkpoint (callbacks=no_checkpoint): nothing to export")
         return export_checkpoint(self.checkpoint, path, bits)

@@ -1,11 +1,17 @@
-"""A policy as one TorchScript file that plain ``torch`` loads and runs without actorq.
+"""A policy as one file that plain ``torch`` loads and runs without actorq.
 
 :func:`export` writes a :class:`~actorq.quant.QuantizedNetwork` (trunk at its precision + fp32
 head); :func:`export_checkpoint` writes the actors' policy of a run's checkpoint: the payload
 they last received (an fp32 run's fp32 policy), or with ``bits`` a fresh quantization,
 calibrated on the observations the run saved with the checkpoint
-(:func:`actorq.tools.rebuild.calibration_set`). Either way
-``torch.jit.load(OUT)(observation) -> action``.
+(:func:`actorq.tools.rebuild.calibration_set`).
+
+The file's suffix picks the format. ``.pt2``: an ``ExportedProgram`` (``torch.export``), for a
+batch ``[N, *observation_shape]``: ``torch.export.load(OUT).module()(observations) -> actions``;
+an int8 copy is stored as its int8 codes and computed with plain tensor operations in fp32
+(:mod:`actorq.quant.reference`: the same codes, not the int8 kernels' speed). Any other
+suffix: TorchScript, which keeps the int8 kernels (``torch.jit.load(OUT)(observation) ->
+action``, one observation or a batch of any shape).
 
 Example:
     >>> import tempfile, pathlib
@@ -30,13 +36,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from actorq.quant import QuantizedNetwork
+from actorq.quant import QuantizedNetwork, onednn
 from actorq.quant.module_layout import ModuleLayout, event_dims
+from actorq.quant.reference import reference_trunk
 from actorq.run.resume import LAST_CHECKPOINT, read_checkpoint
 from actorq.tools.rebuild import actors_network, load_learner
 from actorq.util.errors import ConfigError
 
 METADATA_FILE = "actorq.json"
+EXPORTED_PROGRAM = ".pt2"
+"""The suffix that writes an ``ExportedProgram`` (``torch.export``) instead of TorchScript."""
 
 
 class StandalonePolicy(nn.Module):
@@ -60,7 +69,7 @@ class StandalonePolicy(nn.Module):
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         split = observation.dim() - self.event_dims
         batch_shape, event_shape = observation.shape[:split], observation.shape[split:]
-        flat = self.normalizer(observation.reshape([-1] + event_shape))
+        flat = self.normalizer(observation.reshape([-1] + list(event_shape)))
         out = self.head(self.trunk(flat))
         out = out.reshape(batch_shape + out.shape[-1:])
         if self.greedy:
@@ -69,10 +78,13 @@ class StandalonePolicy(nn.Module):
 
 
 def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) -> Path:
-    """Writes ``network`` (trunk at its precision + head) as a TorchScript archive.
+    """Writes ``network`` (trunk at its precision + head): an ``ExportedProgram`` if ``path``
+    ends in ``.pt2``, else a TorchScript archive.
 
-    Load it with ``torch.jit.load(path)``; the file also holds ``actorq.json`` (precision,
-    codec format, widths, per-layer norms and activations), readable with
+    Load a ``.pt2`` with ``torch.export.load(path).module()`` (a batch of observations in),
+    TorchScript with ``torch.jit.load(path)``. Either file also holds ``actorq.json``
+    (precision, codec format, widths, per-layer norms and activations), readable with
+    ``torch.export.load(path, extra_files={"actorq.json": ""})`` or
     ``torch.jit.load(path, _extra_files={"actorq.json": ""})``.
 
     Args:
@@ -85,16 +97,30 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    exported_program = path.suffix == EXPORTED_PROGRAM
+    trunk = _plain_trunk(network) if exported_program else network.executable_trunk()
+    policy = StandalonePolicy(trunk, network.head, greedy, network.normalizer, event_dims(network.layout)).eval()
+    metadata = json.dumps(_metadata(network, greedy))
+    if exported_program:
+        program = torch.export.export(policy, (_example_batch(network),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        torch.export.save(program, path, extra_files={METADATA_FILE: metadata})
+        return path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript is in maintenance mode upstream
+        scripted = torch.jit.script(policy)
+        torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: metadata})
+    return path
+
+
+def _metadata(network: QuantizedNetwork, greedy: bool) -> dict:
     layout = network.layout
-    policy = StandalonePolicy(network.executable_trunk(), network.head, greedy, network.normalizer,
-                              event_dims(layout)).eval()
     if isinstance(layout, ModuleLayout):
         shape = {"trunk": type(layout.architecture).__name__, "input_shape": list(layout.input_shape),
                  "input_dtype": str(layout.input_dtype).removeprefix("torch.")}
     else:
         shape = {"sizes": list(layout.sizes), "layer_norm": layout.layer_norm,
                  "layers": [dataclasses.asdict(layer) for layer in layout.layers]}
-    metadata = {
+    return {
         "precision": network.quant.describe(),
         "format": network.codec.name,
         **shape,
@@ -102,11 +128,34 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
         "greedy": greedy,
         "torch": torch.__version__,
     }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TorchScript is in maintenance mode upstream
-        scripted = torch.jit.script(policy)
-        torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: json.dumps(metadata)})
-    return path
+
+
+def _plain_trunk(network: QuantizedNetwork) -> nn.Module:
+    """The trunk as operations ``torch.export`` traces: an int8 copy's oneDNN layers as
+    :mod:`actorq.quant.reference` computes them; an MLP copy on torch.ao's modules decoded on
+    plain int8 tensors first (its payload is the same codes)."""
+    spec, layout = network.active_quant, network.layout
+    if not spec.codec.int8_kernels:
+        return network.executable_trunk()
+    if isinstance(layout, ModuleLayout) and not onednn.serves_conv(spec):
+        raise ConfigError(f"a .pt2 file holds int8 copies on plain int8 tensors; these actors ran torch.ao's "
+                          f"{spec.describe()} copy of a convolutional policy: write TorchScript (another "
+                          f"suffix) or quantize afresh with --bits 8")
+    if not isinstance(layout, ModuleLayout) and not onednn.serves(spec):
+        if not onednn.available():
+            raise ConfigError("this torch build has no oneDNN int8 kernels to decode the int8 copy with: "
+                              "write TorchScript (another suffix)")
+        plain = dataclasses.replace(spec, engine=onednn.PLAIN)
+        return reference_trunk(plain.codec.decode(layout, plain, network.payload()))
+    return reference_trunk(network.executable_trunk())
+
+
+def _example_batch(network: QuantizedNetwork) -> torch.Tensor:
+    """Two observations shaped and typed as the policy takes them (the batch size is left free)."""
+    layout = network.layout
+    if isinstance(layout, ModuleLayout):
+        return torch.zeros(2, *layout.input_shape, dtype=layout.input_dtype)
+    return torch.zeros(2, layout.sizes[0])
 
 
 def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | None = None) -> Path:
