@@ -106,3 +106,22 @@ def test_a_loaded_quantized_policy_is_the_whole_version_the_actors_last_ran():
     observations = 5 + 3 * torch.randn(8, 3)
     expected = QuantizedNetwork.from_network(trained, quant)
     assert torch.equal(loaded.features(observations), expected.features(observations))
+
+
+def test_a_convolutional_checkpoint_naming_no_engine_exports_the_torch_ao_copy_its_actors_ran():
+    """Before plain int8 tensors were the convolutional default, a checkpoint's spec named no
+    engine and its payload is torch.ao's x86 copy: export and evaluate rebuild that copy (as
+    resume does), not the plain one the same spec names now."""
+    from actorq.algos.ppo import PPO
+
+    frames_spec = EnvSpec(obs_dim=4 * 84 * 84, discrete=True, num_actions=4, frame_shape=(4, 84, 84))
+    torch.manual_seed(0)
+    policy = PPO(frames_spec, pixel_trunk="nature").policy.eval()
+    frames = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    x86 = QuantSpec(bits=8, mode="static", engine="x86")
+    configured = dataclasses.replace(x86, engine=None)
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(configured), "payload": quantize(policy, x86, frames)}}
+    network = actors_network(checkpoint, SimpleNamespace(behaviour_network=policy), env=None, bits=None)
+    assert network.quant.engine == "x86"
+    expected = QuantizedNetwork.from_network(policy, x86, frames)
+    torch.testing.assert_close(network(frames), expected(frames), atol=0, rtol=0)

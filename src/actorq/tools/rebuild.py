@@ -26,7 +26,7 @@ from actorq.experience import CALIBRATION_OBSERVATIONS
 from actorq.quant import QuantizedNetwork, QuantSpec
 from actorq.quant.module_layout import ModuleLayout, layout_of
 from actorq.quant.codecs import registered
-from actorq.run.resume import EXPERIENCE_STATE, LAST, check_shapes
+from actorq.run.resume import EXPERIENCE_STATE, LAST, check_shapes, saved_quant
 from actorq.util.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
@@ -86,7 +86,7 @@ def saved_actors_network(checkpoint: dict, network: nn.Module, source: Path | st
     if "quant" not in state or "payload" not in state:
         raise ConfigError(f"{source}: the checkpoint holds no actors' policy (no quant and payload inside)")
     try:
-        quant = QuantSpec(**state["quant"])
+        quant = QuantSpec(**saved_quant(checkpoint))  # the engine named as the actors ran it
         if state.get("rung", 0):  # the last push went out at a fallback precision of quant.max_kl
             quant = quant.fallbacks()[state["rung"] - 1]
         quantized = QuantizedNetwork.template_for(network, payload_format(quant, network, state["payload"]))
@@ -134,7 +134,7 @@ def actors_network(checkpoint: dict, learner, env, bits: int | None) -> Quantize
     quantization at ``bits`` (static for a convolutional policy, which has int8 kernels with
     calibrated ranges only) calibrated on :func:`calibration_set`."""
     state = checkpoint.get(EXPERIENCE_STATE, {})
-    quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)
+    quant = QuantSpec(**state["quant"]) if "quant" in state else QuantSpec(bits=32)  # a fresh one: today's engine
     network = learner.behaviour_network
     if bits is None and not quant.is_full_precision and "payload" in state:
         return saved_actors_network(checkpoint, network, "the checkpoint")

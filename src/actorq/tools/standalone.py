@@ -139,8 +139,8 @@ def _plain_trunk(network: QuantizedNetwork) -> nn.Module:
         return network.executable_trunk()
     if isinstance(layout, ModuleLayout) and not onednn.serves_conv(spec):
         raise ConfigError(f"a .pt2 file holds int8 copies on plain int8 tensors; these actors ran torch.ao's "
-                          f"{spec.describe()} copy of a convolutional policy: write TorchScript (another "
-                          f"suffix) or quantize afresh with --bits 8")
+                          f"{spec.engine} copy of a convolutional policy: write TorchScript (another suffix) or "
+                          f"re-quantize with bits=8")
     if not isinstance(layout, ModuleLayout) and not onednn.serves(spec):
         if not onednn.available():
             raise ConfigError("this torch build has no oneDNN int8 kernels to decode the int8 copy with: "
