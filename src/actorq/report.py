@@ -183,15 +183,18 @@ def read_events(run: Run) -> None:
     except ValueError:
         return
     uncounted = quant_evaluation_seconds(events, tags)  # (wall time, step, seconds so far)
+    pauses = sitting_pauses(tb)
     if "collect/frames" in tags:
         frames = events.Scalars("collect/frames")
         origin = frames[0].wall_time
         run.startup_s = origin - run.started_at
-        seconds = frames[-1].wall_time - origin - max((v for t, _, v in uncounted if t <= frames[-1].wall_time), default=0.0)
+        seconds = running_seconds(frames[-1].wall_time, origin, pauses) \
+            - max((v for t, _, v in uncounted if t <= frames[-1].wall_time), default=0.0)
         if len(frames) > 1 and seconds > 0:
             run.frames_per_s = (frames[-1].value - frames[0].value) / seconds
     if "eval/return_mean" in tags:
-        run.evals = [(max(0.0, e.wall_time - origin - max((v for _, step, v in uncounted if step <= e.step), default=0.0)),
+        run.evals = [(max(0.0, running_seconds(e.wall_time, origin, pauses)
+                          - max((v for _, step, v in uncounted if step <= e.step), default=0.0)),
                       float(e.step), e.value) for e in events.Scalars("eval/return_mean")]
     for tag in ("quant/push_bytes", "quant/broadcast_bytes"):  # the latter: runs from before the rename
         if tag in tags:
@@ -201,6 +204,29 @@ def read_events(run: Run) -> None:
         if tag in tags:
             run.pushes = max(e.value for e in events.Scalars(tag))
             break
+
+
+def sitting_pauses(tb: Path) -> list[tuple[float, float]]:
+    """``(end, start)`` wall times of the pauses between a run's sittings: each sitting
+    (``actorq train``, then each ``actorq resume``) writes its own event file, and the time
+    from one file's last scalar to the next file's first is not the run's."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    paths = list(tb.glob("events.out.tfevents.*"))
+    if len(paths) < 2:
+        return []
+    spans = []
+    for path in paths:
+        times = [event.wall_time for event in EventFileLoader(str(path)).Load() if event.HasField("summary")]
+        if times:
+            spans.append((min(times), max(times)))
+    spans.sort()
+    return [(before[1], after[0]) for before, after in zip(spans, spans[1:]) if after[0] > before[1]]
+
+
+def running_seconds(wall_time: float, origin: float, pauses: list[tuple[float, float]]) -> float:
+    """Seconds from ``origin`` to ``wall_time`` less the pauses between sittings that end by then."""
+    return wall_time - origin - sum(start - end for end, start in pauses if start <= wall_time)
 
 
 def quant_evaluation_seconds(events, tags: set[str]) -> list[tuple[float, int, float]]:

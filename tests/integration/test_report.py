@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from actorq.report import main
+from actorq.report import main, read_run
 from tests.conftest import TINY
 from tests.integration.test_smoke import run_cli
 
@@ -181,6 +181,23 @@ def test_the_quantized_policys_evaluations_are_left_out_of_the_clock(tmp_path):
     assert main([str(tmp_path)]) == 0
     cost = table_rows((tmp_path / "report.md").read_text(), "time to target (s)")
     assert cost[INT8]["time to target (s)"] == "30.0 ± 0.0" and cost[INT8]["speedup vs fp32"] == "1.00x"
+
+
+def test_a_resumed_runs_pause_between_sittings_is_left_out_of_the_clock(tmp_path):
+    # Sitting 1: evaluated at 10 s (its last event). Sitting 2 (`actorq resume`, a new event
+    # file) starts an hour later and reaches the target 20 s in: 30 s of the run's time.
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = fake_run(tmp_path / "0", bits=32, startup_s=5.0, evals=[(10.0, 1000, 50.0)])
+    resumed_at = read_run(run_dir).started_at + 5.0 + 10.0 + 3600.0
+    writer = SummaryWriter(str(run_dir / "tb"))
+    for frames in range(1100, 2001, 100):
+        writer.add_scalar("collect/frames", frames, frames, walltime=resumed_at + (frames - 1100) / 50)
+    writer.add_scalar("eval/return_mean", 200.0, 2000, walltime=resumed_at + 20.0)
+    writer.close()
+    run = read_run(run_dir)
+    assert [(round(seconds, 3), frames) for seconds, frames, _ in run.evals] == [(10.0, 1000), (30.0, 2000)]
+    assert run.frames_per_s == pytest.approx(1900 / 28.0, rel=1e-3)  # 10 s of sitting 1 (its last frames at 9), 18 of 2
 
 
 def test_the_speed_table_says_which_precision_the_learner_ran_at(tmp_path):
