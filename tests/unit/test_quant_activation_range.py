@@ -75,3 +75,27 @@ def test_plain_dynamic_layers_quantize_their_inputs_on_the_bits_the_kernels_sum_
     weight = payload["l1_weight"].float() * payload["l1_weight_scale"][:, None]
     error = (layer(inputs) - (inputs @ weight.t() + payload["l1_bias"])).abs().max()
     assert error < (0.05 if saturates else 0.025)
+
+
+@pytest.mark.parametrize("quant_max", [127, 255])
+def test_a_batchs_own_range_quantizes_to_the_nearest_code_without_wrapping(quant_max):
+    # The dynamic layers' one-pass quantize relies on the zero point being rounded down.
+    # Rounded to nearest it can round up by half a code, and the top of the range then lands
+    # on quant_max + 1 (a uint8 256 wraps to 0): here -low / scale is exactly 1.5.
+    scale = 1 / 64
+    tie = torch.tensor([-1.5 * scale, 0.0, (quant_max - 1.5) * scale])
+    assert onednn.dynamic_qparams(tie, quant_max) == (scale, 1)
+    assert onednn.quantize_in_range(tie, scale, 1).tolist() == [0, 1, quant_max]
+    torch.manual_seed(0)
+    for _ in range(200):
+        x = torch.randn(8, 33) * torch.rand(()) * 4 + torch.randn(()) * 2
+        scale, zero_point = onednn.dynamic_qparams(x, quant_max)
+        codes = onednn.quantize_in_range(x, scale, zero_point)
+        assert int(onednn.quantize_in_range(torch.zeros(1), scale, zero_point)) == zero_point  # 0 is a code
+        exact = x.double() / scale + zero_point
+        nearest = torch.floor(exact + 0.5).clamp(0, quant_max)
+        assert int(codes.max()) <= quant_max and float((codes.double() - nearest).abs().max()) <= 1
+        assert ((codes.double() - nearest).abs() > 0).float().mean() < 0.01  # only fp32 rounding ties differ
+        interior = exact >= 0.5  # not clamped at the bottom of the range
+        error = ((codes.double() - zero_point) * scale - x.double()).abs()
+        assert float(error[interior].max()) <= scale * (0.5 + 1e-4)

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from typing import Optional
 
 import torch
@@ -76,6 +77,24 @@ def default_engine(convolutional: bool) -> str | None:
 def quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX) -> torch.Tensor:
     """``x`` as ``uint8`` codes: ``round(x / scale) + zero_point``, clamped to ``0..quant_max``."""
     return torch.clamp(torch.round(x / scale) + zero_point, 0, quant_max).to(torch.uint8)
+
+
+def dynamic_qparams(x: torch.Tensor, quant_max: int) -> tuple[float, int]:
+    """The ``(scale, zero_point)`` that map the range ``x`` spans (with 0 in it) onto codes
+    ``0..quant_max``, the zero point rounded down (what :func:`quantize_in_range` needs)."""
+    low, high = torch.aminmax(x)  # one pass; the scale and zero point are then Python numbers
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    scale = max((high - low) / quant_max, 1e-8)
+    return scale, int(math.floor(-low / scale))
+
+
+def quantize_in_range(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """``x`` as ``uint8`` codes, rounded half up, for ``x`` inside the range
+    :func:`dynamic_qparams` took the scale and zero point from: ``x / scale + zero_point +
+    0.5`` then lies in ``[-0.5, quant_max + 0.5]`` (the zero point rounded down), so the
+    truncating cast to ``uint8`` is the rounding and the clamp, and the whole is one pass
+    where round, add, clamp and cast take four."""
+    return torch.add(torch.scalar_tensor(zero_point + 0.5), x, alpha=1.0 / scale).to(torch.uint8)
 
 
 def dequantize(codes: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
@@ -277,11 +296,8 @@ class DynamicInt8Linear(nn.Module):
         self.quant_max = activation_max()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        low, high = torch.aminmax(x)  # one pass; the scale and zero point are then Python numbers
-        low, high = min(float(low), 0.0), max(float(high), 0.0)
-        scale = max((high - low) / self.quant_max, 1e-8)
-        zero_point = int(round(-low / scale))
-        codes = (x / scale).round_().add_(zero_point).clamp_(0, self.quant_max).to(torch.uint8)
+        scale, zero_point = dynamic_qparams(x, self.quant_max)
+        codes = quantize_in_range(x, scale, zero_point)
         linear = self.linear
         return torch.ops.onednn.qlinear_pointwise(
             codes, scale, zero_point, linear.packed, linear.weight_scale, linear.weight_zero_point, linear.bias,

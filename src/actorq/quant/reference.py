@@ -140,7 +140,7 @@ class ReferenceDynamicLinear(_Weights):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         low, high = torch.clamp(x.min(), max=0.0), torch.clamp(x.max(), min=0.0)
         scale = torch.clamp((high - low) / self.quant_max, min=1e-8)
-        zero_point = torch.round(-low / scale)
-        codes = torch.clamp(torch.round(x / scale) + zero_point, 0, self.quant_max)
+        zero_point = torch.floor(-low / scale)  # as onednn.dynamic_qparams and quantize_in_range
+        codes = torch.clamp(torch.floor(x / scale + zero_point + 0.5), 0, self.quant_max)
         out = self.scaled(F.linear((codes - zero_point) * scale, self.weight_codes.to(torch.float32)))
         return torch.relu(out) if self.relu else out
