@@ -150,7 +150,7 @@ def precision_of(config: dict) -> str:
     try:
         from hydra.utils import instantiate
 
-        return instantiate(node).describe()
+        return instantiate({**node, "max_kl": None}).describe()  # the budget (maybe auto) names nothing
     except Exception:  # noqa: BLE001 - a crashed run's config may not even build
         return f"bits={node.get('bits', '?')}"
 

@@ -78,6 +78,8 @@ def test_algorithm_runs_with_quantized_actors(make_cfg, algo, precision):
     # Each push measured its copy in the policy's own terms, on held-out replay observations.
     fidelity = summary["fidelity"]
     assert fidelity[FIDELITY_METRIC[algo]]["pushes"] == objects["callbacks"]["push"].pushes
+    # quant.max_kl=auto: no divergence budget for an off-policy learner, so no fallback either
+    assert quant.max_kl is None and "fallback" not in fidelity
     # The network the actors were pushed holds its hidden layer in the precision's storage.
     hidden = objects["experience"].actor_policy.network.payload()["l1_weight"]
     assert hidden.dtype == weight_dtype

@@ -510,3 +510,23 @@ def test_the_check_tells_apart_two_batches_of_one_worker_in_a_gathered_round():
     assert experience.log_prob_error < 1e-5
     experience.receive(TensorDict(fields, batch_size=[2, 3]))  # without segments: one batch of two
     assert experience.log_prob_error > 1e-3
+
+
+@pytest.mark.parametrize(("overrides", "budget"), [
+    (("algo=ppo", "env=pendulum"), 0.01),  # on-policy: quant.max_kl=auto is 0.01
+    (("algo=sac", "env=pendulum"), None),  # off-policy: none
+    (("algo=sac", "env=pendulum", "quant.max_kl=0.02"), 0.02),  # a budget named is kept
+    (("algo=ppo", "env=pendulum", "quant.max_kl=null"), None),
+])
+def test_the_default_budget_bounds_on_policy_learners_only(make_cfg, overrides, budget):
+    from actorq.envs import make_env
+    from actorq.run.build import build, build_learner
+    from actorq.run.plan import make_plan
+
+    cfg = make_cfg(*overrides, "quant.bits=8")
+    learner = build_learner(cfg.algo, EnvSpec.from_env(make_env(cfg.env.name)), cfg.env.name)
+    plan = make_plan(cfg, learner)
+    quant = build(cfg.quant, **plan.quant)
+    assert (plan.max_kl, quant.max_kl) == (budget, budget)
+    rungs = actor_policy(learner, quant, torch.randn(8, learner.spec.obs_dim)).network.rungs
+    assert len(rungs) == (1 if budget is None else 2)  # with a budget the copy can fall back to fp32

@@ -103,6 +103,18 @@ def test_quant_auto_resumes_at_the_precision_the_checkpoint_ran_at():
     assert resumed_precision(checkpoint, QuantSpec(bits=32)) == QuantSpec(bits=32)  # a set precision is checked
 
 
+def test_a_resumed_run_keeps_its_checkpoints_budget_where_the_plan_chose_one():
+    """An SAC run checkpointed when ``quant.max_kl=auto`` still meant 0.01 resumes with it (the
+    checkpoint check would refuse the plan's none); a budget named on the command line is kept."""
+    from actorq.quant import QuantSpec
+    from actorq.run.resume import resumed_precision
+
+    checkpoint = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=8, engine="x86", max_kl=0.01))}}
+    planned = QuantSpec(bits=8, max_kl=None)
+    assert resumed_precision(checkpoint, planned, budget_planned=True).max_kl == 0.01
+    assert resumed_precision(checkpoint, planned).max_kl is None
+
+
 @pytest.mark.parametrize(("saved_engine", "resumed_engine"), [(None, "x86"), ("plain", "plain"), ("onednn", "onednn")])
 def test_a_resumed_run_keeps_the_engine_its_actors_ran(saved_engine, resumed_engine):
     """A checkpoint that names no engine ran torch.ao's default (an MLP's copy, or a

@@ -33,6 +33,7 @@ from actorq.run.plan import RunPlan, make_plan, saved_precision
 from actorq.run.resume import (check_checkpoint, check_new_run_dir, find_checkpoint, load_checkpoint,
                                resumed_precision, started_experiment)
 from actorq.util.atomic import write_text_atomically
+from actorq.util.values import AUTO
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def assemble(cfg: DictConfig) -> RunParts:
     learner = build_learner(cfg.algo, EnvSpec.from_env(env), cfg.env.name)
     choices = make_plan(cfg, learner)
     learner_precision = plan_learner(cfg, learner, choices, run_dir, resume_from)
-    actors = None if follower else plan_actors(cfg, env, learner, resume_from, config)
+    actors = None if follower else plan_actors(cfg, env, learner, choices, resume_from, config)
     plan = choices.measured(learner_precision, None if actors is None else actors.quant.describe())
 
     callbacks = {name: build(node, **plan.callback(name)) for name, node in cfg.callbacks.items() if node is not None}
@@ -134,14 +135,15 @@ class ActorsPlan:
     policy: Any
 
 
-def plan_actors(cfg: DictConfig, env, learner, resume_from: Path | None, config: dict) -> ActorsPlan:
-    """The actors' precision (a continued run keeps its own; ``quant.bits=auto`` measures) and
-    their policy, calibrated on random observations. A continued checkpoint is checked
-    against the learner and it."""
-    quant = build(cfg.quant)
+def plan_actors(cfg: DictConfig, env, learner, plan: RunPlan, resume_from: Path | None, config: dict
+                ) -> ActorsPlan:
+    """The actors' precision, its budget as ``plan`` has it (a continued run keeps its own;
+    ``quant.bits=auto`` measures) and their policy, calibrated on random observations. A
+    continued checkpoint is checked against the learner and it."""
+    quant = build(cfg.quant, **plan.quant)
     checkpoint = load_checkpoint(resume_from) if resume_from else None
     if checkpoint is not None:
-        quant = resumed_precision(checkpoint, quant)
+        quant = resumed_precision(checkpoint, quant, budget_planned=cfg.quant.get("max_kl") == AUTO)
     observations = random_observations(env, quant.calibration_samples)
     quant, choice = resolve_precision(learner.behaviour_network, quant, cfg.actors.envs_per_worker,
                                       observations, discrete=learner.spec.discrete)

@@ -81,6 +81,7 @@ def check_job(cfg: DictConfig) -> None:
         if node is not None:
             build(node, **plan.callback(name))
     build(cfg.actors, **plan.actors)
-    for node in (cfg.quant, cfg.replay):
-        if node is not None:
-            build(node)
+    if cfg.quant is not None:
+        build(cfg.quant, **plan.quant)
+    if cfg.replay is not None:
+        build(cfg.replay)

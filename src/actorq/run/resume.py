@@ -168,15 +168,19 @@ def check_checkpoint(checkpoint: dict, path: Path, config: dict, learner: nn.Mod
                           f"{dataclasses.asdict(quant)}; resume with the same quant settings")
 
 
-def resumed_precision(checkpoint: dict, quant):
+def resumed_precision(checkpoint: dict, quant, budget_planned: bool = False):
     """The actors' precision for a resumed run: with ``quant.bits=auto``, the one the
     checkpoint's run picked (measuring again could pick another); with no ``quant.engine``
-    named, the engine its actors ran (:func:`saved_quant`); else ``quant`` itself."""
+    named, the engine its actors ran (:func:`saved_quant`); else ``quant`` itself. A budget
+    the plan chose (``quant.max_kl=auto``) is the checkpoint's own (one written before
+    ``auto`` chose none for an off-policy learner kept 0.01)."""
     from actorq.quant import QuantSpec
 
     saved = saved_quant(checkpoint)
     if saved is None:
         return quant
+    if budget_planned:
+        quant = dataclasses.replace(quant, max_kl=saved.get("max_kl", quant.max_kl))
     if quant.is_auto:
         return QuantSpec(**saved)
     if quant.engine is None and saved["engine"] is not None and saved["bits"] == quant.bits:
