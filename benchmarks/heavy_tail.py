@@ -68,6 +68,8 @@ def ours(impl: str, envs: int, frames: int, seed: int, bits: int, run_dir: Path)
             "frames_per_s": summary["frames"] / summary["wall_clock_s"],
             "late_return": late_return(episode_returns(run_dir / "tb"), summary["frames"]),
             "policy_lag_max": (summary.get("behaviour_correction") or {}).get("policy_lag"),
+            "kl_behaviour": (summary.get("behaviour_correction") or {}).get("kl_behaviour"),
+            "fallback_share": ((summary.get("fidelity") or {}).get("fallback") or {}).get("mean"),
             "updates": summary["learner_steps"]}
 
 
@@ -124,6 +126,7 @@ def sb3(envs: int, frames: int, seed: int) -> dict:
     vec_env.close()
     return {"frames": int(model.num_timesteps), "wall_s": round(wall, 2), "frames_per_s": model.num_timesteps / wall,
             "late_return": late_return(episodes.points, model.num_timesteps), "policy_lag_max": None,
+            "kl_behaviour": None, "fallback_share": None,
             "updates": int(model._n_updates)}
 
 
@@ -147,7 +150,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 rows.append({"impl": impl, "seed": seed, "envs": args.envs, **row})
                 print(f"{impl:16} seed {seed}: {row['frames_per_s']:7.0f} frames/s, late return "
                       f"{row['late_return'] if row['late_return'] is None else round(row['late_return'], 1)}, "
-                      f"{row['updates']} updates, {row['wall_s']:.0f} s", flush=True)
+                      f"{row['updates']} updates, {row['wall_s']:.0f} s, lag {row['policy_lag_max']}, "
+                      f"kl_behaviour {row['kl_behaviour']}, fallbacks {row['fallback_share']}", flush=True)
     table = summarize(rows)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
