@@ -598,7 +598,8 @@ def write_report(paths: list[Path], out: Path, target_override: float | None = N
              "Final return: the fp32 learner policy's last greedy evaluation (mean ± std over completed seeds); "
              "int8 policy's own return: the actors' quantized policy run greedily. Frames to target and time to "
              "target: the first evaluation at or above the target return; the time counts from the run's first "
-             "collected frame (the start-up before it is a column of its own). kWh and CO2 cover the whole "
+             "collected frame (the start-up before it is a column of its own), less a resumed run's pauses "
+             "between sittings. kWh and CO2 cover the whole "
              "machine during the fit (codecarbon); *estimate* marks figures where no device's power was read "
              "from a counter. A missing or crashed seed is counted in *seeds* and listed below, never averaged "
              "in; a column whose seeds are not all measured shows —.", ""]

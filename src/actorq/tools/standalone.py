@@ -171,7 +171,7 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, bits: int | 
     try:
         network = actors_network(checkpoint, learner, env, bits)
     except ValueError as error:  # a precision QuantSpec refuses, e.g. --bits 1
-        raise ConfigError(f"--bits {bits}: {error}") from error
+        raise ConfigError(f"--bits {bits}: {error}" if bits is not None else str(error)) from error
     try:
         return export(network, out, greedy=learner.spec.discrete)
     except OSError as error:
