@@ -129,3 +129,15 @@ def test_a_resumed_run_keeps_the_engine_its_actors_ran(saved_engine, resumed_eng
     assert resumed_precision(checkpoint, QuantSpec(bits=8, mode="static", engine="fbgemm")).engine == "fbgemm"
     fp32 = {"Experience": {"quant": dataclasses.asdict(QuantSpec(bits=32))}}
     assert resumed_precision(fp32, QuantSpec(bits=32)) == QuantSpec(bits=32) and saved_quant(fp32)["engine"] is None
+
+
+def test_the_saved_plan_names_the_budget_the_actors_run():
+    """plan.json says what the actors did: a resumed run's budget is its checkpoint's, not the
+    one ``quant.max_kl=auto`` would choose today."""
+    from actorq.quant import QuantSpec
+    from actorq.run.plan import RunPlan
+
+    planned = RunPlan("async", 1, 0, 100, 1, max_kl=None)
+    kept = planned.measured(None, QuantSpec(bits=8, max_kl=0.01))
+    assert (kept.max_kl, kept.actor_precision) == (0.01, QuantSpec(bits=8).describe())
+    assert planned.measured(None).max_kl is None  # a learner rank without actors keeps the plan's

@@ -91,7 +91,7 @@ def assemble(cfg: DictConfig) -> RunParts:
     choices = make_plan(cfg, learner)
     learner_precision = plan_learner(cfg, learner, choices, run_dir, resume_from)
     actors = None if follower else plan_actors(cfg, env, learner, choices, resume_from, config)
-    plan = choices.measured(learner_precision, None if actors is None else actors.quant.describe())
+    plan = choices.measured(learner_precision, None if actors is None else actors.quant)
 
     callbacks = {name: build(node, **plan.callback(name)) for name, node in cfg.callbacks.items() if node is not None}
     logger = build(cfg.logger)

@@ -68,9 +68,14 @@ class RunPlan:
     learner_precision: LearnerPrecision | None = None
     actor_precision: str | None = None
 
-    def measured(self, learner_precision: LearnerPrecision, actor_precision: str | None) -> RunPlan:
-        """The plan made: these choices with the precisions measured (or kept) for them."""
-        return dataclasses.replace(self, learner_precision=learner_precision, actor_precision=actor_precision)
+    def measured(self, learner_precision: LearnerPrecision, actors_quant: Any = None) -> RunPlan:
+        """The plan made: these choices with the precisions measured (or kept) for them and,
+        with actors (``actors_quant``, their :class:`~actorq.quant.QuantSpec`), the budget
+        they run (a resumed run keeps its checkpoint's)."""
+        if actors_quant is None:
+            return dataclasses.replace(self, learner_precision=learner_precision)
+        return dataclasses.replace(self, learner_precision=learner_precision,
+                                   actor_precision=actors_quant.describe(), max_kl=actors_quant.max_kl)
 
     @property
     def actors(self) -> dict[str, Any]:
