@@ -92,8 +92,8 @@ def quantize_in_range(x: torch.Tensor, scale: float, zero_point: int) -> torch.T
     """``x`` as ``uint8`` codes, rounded half up, for ``x`` inside the range
     :func:`dynamic_qparams` took the scale and zero point from: ``x / scale + zero_point +
     0.5`` then lies in ``[-0.5, quant_max + 0.5]`` (the zero point rounded down), so the
-    truncating cast to ``uint8`` is the rounding and the clamp, and the whole is one pass
-    where round, add, clamp and cast take four."""
+    truncating cast to ``uint8`` is the rounding and the clamp: one pass where dividing,
+    rounding, adding, clamping and casting took five."""
     return torch.add(torch.scalar_tensor(zero_point + 0.5), x, alpha=1.0 / scale).to(torch.uint8)
 
 
