@@ -141,6 +141,9 @@ def test_a_dynamic_copy_runs_each_relu_in_its_int8_kernel_and_scripts():
     assert [type(module) for module in plain] == [nn.Linear, nn.ReLU, onednn.DynamicInt8Linear,
                                                   onednn.DynamicInt8Linear, nn.Linear]
     assert all(module.linear.post_op == "relu" for module in plain if isinstance(module, onednn.DynamicInt8Linear))
+    # Both read a ReLU's output (the fp32 end's, then the first's fused one): their range is its largest value.
+    assert [module.nonnegative_input for module in plain if isinstance(module, onednn.DynamicInt8Linear)] == [True,
+                                                                                                              True]
     reference = QuantizedNetwork.from_network(actor, QuantSpec(bits=8, mode="dynamic"),
                                               calibration=observations).executable_trunk()
     with torch.no_grad():

@@ -78,6 +78,13 @@ def test_plain_dynamic_layers_quantize_their_inputs_on_the_bits_the_kernels_sum_
 
 
 @pytest.mark.parametrize("quant_max", [127, 255])
+def test_a_relus_output_takes_the_qparams_of_its_whole_range_from_its_largest_value(quant_max):
+    torch.manual_seed(0)
+    for x in (torch.relu(torch.randn(16, 300)) * 5, torch.zeros(4, 8), torch.relu(torch.randn(1, 7)) * 1e-3):
+        assert onednn.nonnegative_qparams(x, quant_max) == onednn.dynamic_qparams(x, quant_max)
+
+
+@pytest.mark.parametrize("quant_max", [127, 255])
 def test_a_batchs_own_range_quantizes_to_the_nearest_code_without_wrapping(quant_max):
     # The dynamic layers' one-pass quantize relies on the zero point being rounded down.
     # Rounded to nearest it can round up by half a code, and the top of the range then lands
