@@ -25,16 +25,20 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    import torch.ao.nn.intrinsic as nni
-    import torch.ao.nn.intrinsic.quantized as nniq
-    import torch.ao.nn.quantized as nnq
-    import torch.ao.nn.quantized.dynamic as nnqd
-    import torch.ao.quantization as tq
-    from torch.ao.nn.quantized.modules.utils import _quantize_weight
-    from torch.ao.quantization import observer as tqo
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch.ao.nn.intrinsic as nni
+        import torch.ao.nn.intrinsic.quantized as nniq
+        import torch.ao.nn.quantized as nnq
+        import torch.ao.nn.quantized.dynamic as nnqd
+        import torch.ao.quantization as tq
+        from torch.ao.nn.quantized.modules.utils import _quantize_weight
+        from torch.ao.quantization import observer as tqo
+        from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    AVAILABLE = hasattr(torch, "quint8") and hasattr(torch, "qint8")
+except ImportError:  # a torch without them (PyTorch is removing them): int8 actors run on plain tensors only
+    AVAILABLE = False
 
 if TYPE_CHECKING:
     from actorq.quant.spec import QuantSpec
@@ -46,8 +50,8 @@ warnings.filterwarnings(
     "ignore", message=r".*torch\.ao\.quantization.*deprecated", category=DeprecationWarning
 )
 
-ACTIVATION_DTYPE = torch.quint8
-WEIGHT_DTYPE = torch.qint8
+ACTIVATION_DTYPE = getattr(torch, "quint8", None)
+WEIGHT_DTYPE = getattr(torch, "qint8", None)
 # Activations that feed an int8 Linear use all 8 bits where the engine's kernel sums such
 # inputs exactly on this CPU, else 7 (see saturates_full_range).
 REDUCED_ACTIVATION_MAX = 127
@@ -72,29 +76,6 @@ CALIBRATION_OBSERVERS: dict[str, Callable[[QuantSpec, bool], ObserverFactory]] =
 
 
 # ---------------------------------------------------------------------------- observers
-
-
-def weight_qparams(weight: torch.Tensor, bits: int, per_channel: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric ``bits``-bit scales and zero points for a ``[out, in]`` weight.
-
-    Returns:
-        ``(scale, zero_point)``: float32 and int32 tensors of shape ``[out]`` (per channel)
-        or ``[1]`` (per tensor).
-    """
-    quant_min, quant_max = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-    if per_channel:
-        observer = tqo.PerChannelMinMaxObserver(
-            ch_axis=0, dtype=WEIGHT_DTYPE, qscheme=torch.per_channel_symmetric,
-            quant_min=quant_min, quant_max=quant_max,
-        )
-    else:
-        observer = tqo.MinMaxObserver(
-            dtype=WEIGHT_DTYPE, qscheme=torch.per_tensor_symmetric,
-            quant_min=quant_min, quant_max=quant_max,
-        )
-    observer(weight.detach().float())
-    scale, zero_point = observer.calculate_qparams()
-    return scale.float().reshape(-1), zero_point.to(torch.int32).reshape(-1)
 
 
 def _weight_observer(per_channel: bool) -> Callable[[], nn.Module]:
@@ -308,7 +289,7 @@ def layer_norm_params(module: nn.Module) -> dict[str, torch.Tensor]:
 
 # The int8 kernel libraries torch was built with. Packed weights remember the engine they
 # were packed for and run its kernels whatever the process-wide setting is later.
-ENGINES = tuple(engine for engine in torch.backends.quantized.supported_engines if engine != "none")
+ENGINES = tuple(engine for engine in torch.backends.quantized.supported_engines if engine != "none") if AVAILABLE else ()
 DEFAULT_ENGINE = "x86" if "x86" in ENGINES else (ENGINES[0] if ENGINES else "none")
 
 
@@ -396,7 +377,7 @@ def static_linear(
     return module
 
 
-class DynamicLinear(nnqd.Linear):
+class DynamicLinear(nnqd.Linear if AVAILABLE else nn.Module):
     """torch.ao's dynamically quantized ``Linear``, its inputs quantized on all 8 bits where
     the kernel of the engine it was packed for sums them exactly on this CPU
     (:func:`saturates_full_range`); torch's own always takes 7."""
@@ -451,9 +432,10 @@ REDUCED_RANGE_ENGINES = ("x86", "fbgemm")
 """Engines whose default recipe keeps activations to 7 bits (``reduce_range``)."""
 
 
-FX_OBSERVERS = {"minmax": tqo.MinMaxObserver, "moving_average": tqo.MovingAverageMinMaxObserver,
-                "histogram": tqo.HistogramObserver}
-"""The activation observer of each ``quant.calibration`` for FX graph mode (torch.ao's recipe: histogram)."""
+FX_OBSERVERS = {"minmax": "MinMaxObserver", "moving_average": "MovingAverageMinMaxObserver",
+                "histogram": "HistogramObserver"}
+"""The activation observer (of ``torch.ao.quantization.observer``) of each ``quant.calibration``
+for FX graph mode (torch.ao's recipe: histogram)."""
 
 
 def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histogram",
@@ -465,7 +447,7 @@ def fx_qconfig_mapping(engine: str, full_range: bool, calibration: str = "histog
     mapping = tq.get_default_qconfig_mapping(engine)
     reduce_range = engine in REDUCED_RANGE_ENGINES and not full_range
     if calibration != "histogram" or (full_range and engine in REDUCED_RANGE_ENGINES):
-        mapping.set_global(tq.QConfig(activation=FX_OBSERVERS[calibration].with_args(reduce_range=reduce_range),
+        mapping.set_global(tq.QConfig(activation=getattr(tqo, FX_OBSERVERS[calibration]).with_args(reduce_range=reduce_range),
                                       weight=tqo.default_per_channel_weight_observer))
     for name in fp32_modules:
         mapping.set_module_name(name, None)

@@ -85,7 +85,7 @@ def candidate_specs(spec: QuantSpec, convolutional: bool = False, fp32_first_sta
     candidate keeps in fp32 for its outputs' sake, and only the candidate is timed."""
     codecs = [codec for codec in registered() if _candidate(codec, convolutional, fp32_first_stage)]
     runs = spec.engine or onednn.default_engine(convolutional) or _ao.DEFAULT_ENGINE
-    others = dict.fromkeys([_ao.DEFAULT_ENGINE, *(e for e in ("onednn",) if e in _ao.ENGINES), *onednn.engines()])
+    others = dict.fromkeys([*(e for e in (_ao.DEFAULT_ENGINE, "onednn") if e in _ao.ENGINES), *onednn.engines()])
     engines = [spec.engine] + [e for e in others if e != runs]
     candidates = {}
     for engine in engines:

@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from actorq.quant import _ao
+
 ACTIVATION_MAX = 255
 """The largest activation code: activations are ``torch.uint8``, all 8 bits, unless the
 CPU's int8 kernel would saturate their sums (:func:`saturates_full_range`): then 127."""
@@ -54,10 +56,12 @@ def engines() -> tuple[str, ...]:
 
 
 def serves(spec) -> bool:
-    """Whether an MLP copy at ``spec`` runs on these layers: ``quant.engine=plain``, where torch
-    has the kernels (any other engine, or none, runs torch.ao's quantized modules: on an MLP
-    they are faster, docs/measured/quantization.md)."""
-    return spec.engine == PLAIN and available()
+    """Whether an MLP copy at ``spec`` runs on these layers: ``quant.engine=plain``, or no engine
+    named in a torch without torch.ao's quantized engines, where torch has the kernels (any
+    other engine, or none, runs torch.ao's quantized modules: on an MLP they are faster,
+    docs/measured/quantization.md)."""
+    engine = spec.engine if spec.engine is not None else default_engine(convolutional=False)
+    return engine == PLAIN and available()
 
 
 def serves_conv(spec) -> bool:
@@ -70,8 +74,9 @@ def serves_conv(spec) -> bool:
 
 def default_engine(convolutional: bool) -> str | None:
     """The engine ``quant.engine=null`` runs: :data:`PLAIN` for a convolutional trunk where torch
-    has the kernels, else ``None`` (torch.ao's default engine)."""
-    return PLAIN if convolutional and available() else None
+    has the kernels, and for an MLP where torch has no torch.ao quantized engine left; else
+    ``None`` (torch.ao's default engine)."""
+    return PLAIN if available() and (convolutional or not _ao.ENGINES) else None
 
 
 def quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX) -> torch.Tensor:

@@ -31,13 +31,21 @@ CHUNKS = 8
 """Calibration chunks a ``moving_average`` range sees in turn."""
 
 
+def weight_scale(weight: torch.Tensor, bits: int, per_channel: bool) -> torch.Tensor:
+    """The symmetric ``bits``-bit scales of a ``[out, in]`` weight, ``[out]`` (per channel) or
+    ``[1]`` (per tensor): the largest magnitude over half the codes' span, as torch.ao's
+    symmetric observers compute it (zero points 0)."""
+    weight = weight.detach().float()
+    largest = weight.abs().amax(dim=1) if per_channel else weight.abs().amax().reshape(1)
+    return torch.clamp(largest / ((2 ** bits - 1) / 2), min=EPS)
+
+
 def weight_codes(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool) -> Payload:
     """``weight`` ``[out, in]`` as symmetric int8 codes with one scale per output channel (or
     one per tensor), zero points 0, and the fp32 ``bias``: the payload's ``weight``,
     ``weight_scale``, ``weight_zero_point`` and ``bias``."""
     weight = weight.detach().float()
-    largest = weight.abs().amax(dim=1) if per_channel else weight.abs().amax().reshape(1)
-    scale = torch.clamp(largest / ((WEIGHT_MAX - WEIGHT_MIN) / 2), min=EPS)
+    scale = weight_scale(weight, 8, per_channel)
     per_row = scale[:, None] if per_channel else scale
     codes = torch.clamp(torch.round(weight * (1.0 / per_row)), WEIGHT_MIN, WEIGHT_MAX).to(torch.int8)
     return {"weight": codes, "weight_scale": scale, "weight_zero_point": torch.zeros(len(scale), dtype=torch.int32),

@@ -194,11 +194,11 @@ def saved_quant(checkpoint: dict) -> dict | None:
     none ran torch.ao's default (``x86``: an MLP's copy, or a convolutional one from before
     plain int8 tensors were the default there). ``None`` for a checkpoint without one."""
     from actorq.quant import QuantSpec, codecs
-    from actorq.quant._ao import DEFAULT_ENGINE
+    from actorq.quant._ao import DEFAULT_ENGINE, ENGINES
 
     saved = checkpoint.get(EXPERIENCE_STATE, {}).get("quant")
-    if saved is None or saved.get("engine") is not None or saved.get("bits") == "auto":
-        return saved
+    if saved is None or saved.get("engine") is not None or saved.get("bits") == "auto" or not ENGINES:
+        return saved  # (a torch without torch.ao's engines runs every int8 copy on plain tensors)
     return {**saved, "engine": DEFAULT_ENGINE} if codecs.select(QuantSpec(**saved)).int8_kernels else saved
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from actorq.quant import _ao
+from actorq.quant import plain_codes
 from actorq.quant.codecs._base import Codec, register
 from actorq.quant.codecs._parts import (
     bias_of,
@@ -42,8 +42,9 @@ class Simulated(Codec):
         for k, layer in enumerate(layout.layers):
             linear = layout.linear(trunk, k)
             weight = linear.weight.detach().float()
-            scale, zero_point = _ao.weight_qparams(weight, spec.bits, spec.granularity == "per_channel")
-            codes = torch.round(weight / scale[:, None]) + zero_point[:, None]
+            scale = plain_codes.weight_scale(weight, spec.bits, spec.granularity == "per_channel")
+            zero_point = torch.zeros(len(scale), dtype=torch.int32)
+            codes = torch.round(weight / scale[:, None])
             payload[f"l{k}_weight"] = codes.clamp(quant_min, quant_max).to(torch.int8)
             payload[f"l{k}_weight_scale"] = scale
             payload[f"l{k}_weight_zero_point"] = zero_point
