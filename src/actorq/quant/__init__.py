@@ -5,7 +5,8 @@ payload into the actors' :class:`QuantizedNetwork` with
 :meth:`QuantizedNetwork.load_payload`; ``ActorPool.push`` then copies it to every worker,
 where the network rebuilds its quantized modules. Each precision format is one
 :class:`Codec` in :mod:`actorq.quant.codecs` (``register``/``unregister``/``codec_for``
-there). torch.ao is imported only inside this package (in ``_ao.py``).
+there). torch.ao is imported only inside this package (in ``_ao.py``, and by ``_ao_present.py``
+to find out whether this torch still has it).
 
 Example:
     >>> from actorq.envs import EnvSpec

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-try:
+from actorq.quant._ao_present import AVAILABLE, ENGINES
+
+if AVAILABLE:  # (without them, PyTorch having removed them, int8 actors run on plain tensors only)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import torch.ao.nn.intrinsic as nni
@@ -36,9 +38,6 @@ try:
         from torch.ao.nn.quantized.modules.utils import _quantize_weight
         from torch.ao.quantization import observer as tqo
         from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-    AVAILABLE = hasattr(torch, "quint8") and hasattr(torch, "qint8")
-except ImportError:  # a torch without them (PyTorch is removing them): int8 actors run on plain tensors only
-    AVAILABLE = False
 
 if TYPE_CHECKING:
     from actorq.quant.spec import QuantSpec
@@ -287,9 +286,8 @@ def layer_norm_params(module: nn.Module) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------- worker side
 
 
-# The int8 kernel libraries torch was built with. Packed weights remember the engine they
-# were packed for and run its kernels whatever the process-wide setting is later.
-ENGINES = tuple(engine for engine in torch.backends.quantized.supported_engines if engine != "none") if AVAILABLE else ()
+# ENGINES: the int8 kernel libraries torch was built with. Packed weights remember the engine
+# they were packed for and run its kernels whatever the process-wide setting is later.
 DEFAULT_ENGINE = "x86" if "x86" in ENGINES else (ENGINES[0] if ENGINES else "none")
 
 

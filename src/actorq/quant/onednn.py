@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.quant import _ao
+from actorq.quant import _ao_present
 
 ACTIVATION_MAX = 255
 """The largest activation code: activations are ``torch.uint8``, all 8 bits, unless the
@@ -76,7 +76,7 @@ def default_engine(convolutional: bool) -> str | None:
     """The engine ``quant.engine=null`` runs: :data:`PLAIN` for a convolutional trunk where torch
     has the kernels, and for an MLP where torch has no torch.ao quantized engine left; else
     ``None`` (torch.ao's default engine)."""
-    return PLAIN if available() and (convolutional or not _ao.ENGINES) else None
+    return PLAIN if available() and (convolutional or not _ao_present.ENGINES) else None
 
 
 def quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int = ACTIVATION_MAX) -> torch.Tensor:
