@@ -356,7 +356,7 @@ class FramesIn(nn.Module):
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         if self.quant_max < 255:
-            frames = torch.round(frames.float() * (self.quant_max / 255.0)).to(torch.uint8)
+            frames = onednn.codes_of(torch.round(frames.float() * (self.quant_max / 255.0)))
         return frames.contiguous(memory_format=torch.channels_last)
 
 
