@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from actorq.bench import actors, learner, learning, recipes, regime, scaleout
+from actorq.bench import actors, kernels, learner, learning, recipes, regime, scaleout
 
 
-@pytest.mark.parametrize("module", [learner, actors])
+@pytest.mark.parametrize("module", [learner, actors, kernels])
 def test_benchmark_quick_run_writes_json(module, tmp_path):
     out = tmp_path / "result.json"
     rows = module.main(["--quick", "--out", str(out)])
@@ -23,6 +23,12 @@ def test_benchmark_quick_run_writes_json(module, tmp_path):
             fp32 = next(r for r in rows if r["precision"] == "fp32" and r["envs"] == row["envs"])
             zero_overhead_us = row["policy_env_us"] + row["infer_us"]  # the ceiling: simulator + forward only
             assert row["ceiling_vs_fp32"] == pytest.approx((fp32["policy_env_us"] + fp32["infer_us"]) / zero_overhead_us)
+    if module is kernels:  # every kernel timed, plain's ratios to torch.ao's taken from them
+        for row in rows:
+            assert all(row[f"{name}_us"] > 0 for name in ("fp32", "ao_dynamic", "plain_dynamic", "plain_coding",
+                                                            "ao_static", "plain_static"))
+            assert row["dynamic_x"] == pytest.approx(row["ao_dynamic_us"] / row["plain_dynamic_us"], abs=1e-3)
+            assert row["static_x"] == pytest.approx(row["ao_static_us"] / row["plain_static_us"], abs=1e-3)
 
 
 def test_learner_benchmark_times_compiled_losses_of_actor_critic_learners():

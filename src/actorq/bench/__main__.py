@@ -12,6 +12,7 @@ from typing import NoReturn
 BENCHMARKS = {
     "learner": "Lightning learner vs a bare PyTorch loop: updates per second",
     "inference": "µs per actor forward: fp32 vs bf16 vs int8 static/dynamic vs auto",
+    "kernels": "µs per call of one int8 Linear: torch.ao's kernels vs plain int8 tensors'",
     "actors": "env frames/s of real collector workers, fp32 vs int8 policy",
     "replay": "prioritized replay vs cpprb and TorchRL",
     "learning": "reference learning runs, fp32 vs int8 actors, side by side",
