@@ -7,7 +7,7 @@ import torch
 
 from actorq.envs import EnvSpec
 from actorq.algos.networks import DeterministicActor
-from actorq.quant import QuantizedNetwork, QuantSpec, choose, onednn, resolve_precision, select_precision
+from actorq.quant import QuantizedNetwork, QuantSpec, _ao, choose, onednn, resolve_precision, select_precision
 from actorq.quant.auto import candidate_specs
 
 SPEC = EnvSpec(obs_dim=17, discrete=False, action_dim=6, action_low=(-1.0,) * 6, action_high=(1.0,) * 6)
@@ -257,3 +257,42 @@ def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_pick
         plain = choice.spec.engine is None and onednn.available()
         assert any(isinstance(module, onednn.Int8Conv2d) for module in copy.executable_trunk().modules()) == plain
         assert named_engine(policy, choice.spec).engine == ("plain" if plain else choice.spec.engine)
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN int8 matmul")
+@pytest.mark.parametrize(("plain_us", "legacy_us", "named"), [(100.0, 120.0, "plain"), (100.0, 97.0, "plain"),
+                                                             (100.0, 80.0, _ao.DEFAULT_ENGINE)])
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_an_mlps_int8_copy_runs_plain_unless_torch_aos_kernels_are_clearly_faster(monkeypatch, mode, plain_us,
+                                                                                   legacy_us, named):
+    """``quant.engine=null`` on an MLP: its copy on plain int8 tensors and on torch.ao's default
+    engine are timed at the actors' batch, and plain (the kernels PyTorch keeps) is named
+    unless torch.ao's is faster by the margin; the named engine is the copy the actors build."""
+    from actorq.quant.auto import named_engine
+
+    given_timings(monkeypatch, {"plain": plain_us, _ao.DEFAULT_ENGINE: legacy_us})
+    torch.manual_seed(0)
+    actor, observations = DeterministicActor(SPEC, (32, 32, 32)).eval(), torch.randn(64, SPEC.obs_dim)
+    spec, choice = resolve_precision(actor, QuantSpec(bits=8, mode=mode), batch_size=4, observations=observations)
+    assert choice is None and spec.engine == named
+    modules = QuantizedNetwork.from_network(actor, spec, calibration=observations).executable_trunk().modules()
+    plain = any(isinstance(module, (onednn.Int8Linear, onednn.DynamicInt8Linear)) for module in modules)
+    assert plain == (named == "plain")
+    assert named_engine(actor, QuantSpec(bits=8, mode=mode)).engine == _ao.DEFAULT_ENGINE  # no batch: no timing
+    assert named_engine(actor, spec) == spec  # an engine named stays
+
+
+def test_an_mlps_calibration_without_a_plain_form_keeps_torch_aos_engine(monkeypatch):
+    given_timings(monkeypatch, {})  # (nothing is timed)
+    actor = DeterministicActor(SPEC, (32, 32)).eval()
+    spec, _ = resolve_precision(actor, QuantSpec(bits=8, mode="static", calibration="histogram"), batch_size=4,
+                                observations=torch.randn(64, SPEC.obs_dim))
+    assert spec.engine == _ao.DEFAULT_ENGINE
+
+
+def test_an_mlp_copy_without_int8_layers_names_torch_aos_engine_without_timing(monkeypatch):
+    """Two ``Linear`` layers under the fp32-ends recipe leave no int8 layer: nothing to time."""
+    given_timings(monkeypatch, {})
+    actor = DeterministicActor(SPEC, (32,)).eval()
+    spec, _ = resolve_precision(actor, QuantSpec(bits=8, mode="dynamic"), batch_size=4)
+    assert spec.engine == _ao.DEFAULT_ENGINE

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from actorq.util.choice import MARGIN, fastest
+from actorq.util.errors import ConfigError
 from actorq.quant import _ao, codecs, onednn
 from actorq.quant.codecs import full_precision, registered
 from actorq.quant.conv import first_stage
@@ -196,7 +197,8 @@ def resolve_precision(
     discrete: bool = False,
 ) -> tuple[QuantSpec, PrecisionChoice | None]:
     """``spec`` itself, or for ``bits="auto"`` the spec :func:`select_precision` picks, with the
-    engine ``quant.engine=null`` runs named (:func:`named_engine`).
+    engine ``quant.engine=null`` runs named (:func:`named_engine`; for an MLP's int8 copy,
+    measured at ``batch_size`` on ``observations``).
 
     Example:
         >>> spec, choice = resolve_precision(torch.nn.Identity(), QuantSpec(bits=8), batch_size=1)
@@ -204,16 +206,46 @@ def resolve_precision(
         ('int8 dynamic per_channel fp32-ends', None)
     """
     if not spec.is_auto:
-        return named_engine(network, spec), None
+        return named_engine(network, spec, batch_size, observations), None
     choice = select_precision(network, spec, batch_size, observations, discrete)
-    return named_engine(network, choice.spec), choice
+    return named_engine(network, choice.spec), choice  # (auto timed the engines: no second timing)
 
 
-def named_engine(network: nn.Module, spec: QuantSpec) -> QuantSpec:
-    """``spec`` with ``quant.engine=null`` named where it runs int8 kernels on a convolutional
-    trunk (``plain``: :func:`actorq.quant.onednn.default_engine`), so that what a run saves in
-    its checkpoints and prints says which copy its actors ran."""
+def named_engine(network: nn.Module, spec: QuantSpec, batch_size: int | None = None,
+                 observations: torch.Tensor | None = None) -> QuantSpec:
+    """``spec`` with ``quant.engine=null`` named where it runs int8 kernels, so that what a run
+    saves in its checkpoints and prints says which copy its actors ran: ``plain`` for a
+    convolutional trunk (:func:`actorq.quant.onednn.default_engine`); for an MLP, with
+    ``batch_size``, the faster of its copy on plain int8 tensors and on torch.ao's default
+    engine, timed at that batch (:func:`faster_engine`), else torch.ao's default engine (or
+    ``plain`` in a torch without torch.ao's engines)."""
     trunk = getattr(network, "trunk", None)
     if spec.engine is not None or spec.is_auto or trunk is None or not codecs.select(spec).int8_kernels:
         return spec
-    return replace(spec, engine=onednn.default_engine(isinstance(layout_of(trunk), ModuleLayout)))
+    convolutional = isinstance(layout_of(trunk), ModuleLayout)
+    engine = onednn.default_engine(convolutional)
+    if engine is None and batch_size is not None and onednn.available():
+        engine = faster_engine(network, spec, batch_size, observations)
+    return replace(spec, engine=engine or _ao.DEFAULT_ENGINE)
+
+
+def faster_engine(network: nn.Module, spec: QuantSpec, batch_size: int, observations: torch.Tensor | None = None,
+                  iterations: int = 150, rounds: int = 3) -> str:
+    """The engine an MLP's int8 copy at ``spec`` runs faster on at ``batch_size``: ``plain``
+    (the kernels PyTorch keeps) unless torch.ao's default engine is faster by the margin
+    :func:`~actorq.util.choice.fastest` asks; torch.ao's where the plain copy cannot be built
+    (its calibration has no plain form) or has no int8 layer (fp32 ends and nothing between). On the CPUs measured so far torch.ao's won
+    (docs/measured/quantization.md): a CPU whose oneDNN kernels are faster (AMX) runs plain."""
+    legacy = _ao.DEFAULT_ENGINE
+    if observations is None:
+        observations = random_inputs(layout_of(network.trunk), spec.calibration_samples)
+    try:
+        networks = {engine: QuantizedNetwork.from_network(network, replace(spec, engine=engine), observations)
+                    for engine in (onednn.PLAIN, legacy)}
+    except ConfigError:
+        return legacy
+    if not any(isinstance(module, (onednn.Int8Linear, onednn.DynamicInt8Linear))
+               for module in networks[onednn.PLAIN].executable_trunk().modules()):
+        return legacy  # all fp32 (fp32 ends with nothing between them): no int8 kernel to choose
+    batch = observations[torch.arange(batch_size) % len(observations)]
+    return fastest(measure_timings(networks, batch, iterations, rounds), onednn.PLAIN, MARGIN)
