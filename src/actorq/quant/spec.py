@@ -64,10 +64,11 @@ class QuantSpec:
             tensors on oneDNN's kernels (:mod:`actorq.quant.onednn`,
             :mod:`actorq.quant.plain_conv`), or a torch.ao engine's quantized modules
             (``"x86"``, ``"fbgemm"``, ``"onednn"``, ``"qnnpack"``, as this torch build has
-            them); ``None``: ``plain`` for a convolutional trunk, torch.ao's ``x86`` for an MLP
-            (the faster of the two for each here: docs/measured/pixels.md,
-            docs/measured/quantization.md; a run names the one it used,
-            :func:`actorq.quant.auto.named_engine`). Which is fastest depends on the CPU and
+            them); ``None``: ``plain`` for a convolutional trunk (faster here:
+            docs/measured/pixels.md); for an MLP, timed at the actors' batch when a run
+            starts, ``plain`` unless torch.ao's ``x86`` is clearly faster (it was on the CPUs
+            measured: docs/measured/quantization.md); a run names the one it used
+            (:func:`actorq.quant.auto.named_engine`). Which is fastest depends on the CPU and
             the batch (``onednn`` uses AMX int8 units where the CPU has them); ``bits=auto``
             measures it.
         max_kl: the divergence budget of a stochastic policy's copy: a push whose measured
