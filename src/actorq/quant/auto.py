@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 import torch
@@ -40,6 +41,7 @@ from actorq.quant.network import QuantizedNetwork
 from actorq.quant.spec import QuantSpec
 from actorq.quant.timing import time_forward
 
+log = logging.getLogger(__name__)
 REFERENCE = full_precision().name  # "fp32": every candidate is compared with it
 
 
@@ -248,4 +250,9 @@ def faster_engine(network: nn.Module, spec: QuantSpec, batch_size: int, observat
                for module in networks[onednn.PLAIN].executable_trunk().modules()):
         return legacy  # all fp32 (fp32 ends with nothing between them): no int8 kernel to choose
     batch = observations[torch.arange(batch_size) % len(observations)]
-    return fastest(measure_timings(networks, batch, iterations, rounds), onednn.PLAIN, MARGIN)
+    timings = measure_timings(networks, batch, iterations, rounds)
+    engine = fastest(timings, onednn.PLAIN, MARGIN)
+    log.info("quant.engine=null picked %s for the MLP's int8 copy (%s), per forward at batch %d: %.0f µs on plain "
+             "int8 tensors, %.0f µs on torch.ao's %s (plain unless torch.ao's is %.0f%% faster)", engine,
+             spec.describe(), batch_size, timings[onednn.PLAIN], timings[legacy], legacy, 100 * MARGIN)
+    return engine
