@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -263,7 +265,7 @@ def test_a_convolutional_policy_is_offered_the_codecs_with_conv_kernels_and_pick
 @pytest.mark.parametrize(("plain_us", "legacy_us", "named"), [(100.0, 120.0, "plain"), (100.0, 97.0, "plain"),
                                                              (100.0, 80.0, _ao.DEFAULT_ENGINE)])
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
-def test_an_mlps_int8_copy_runs_plain_unless_torch_aos_kernels_are_clearly_faster(monkeypatch, mode, plain_us,
+def test_an_mlps_int8_copy_runs_plain_unless_torch_aos_kernels_are_clearly_faster(monkeypatch, caplog, mode, plain_us,
                                                                                    legacy_us, named):
     """``quant.engine=null`` on an MLP: its copy on plain int8 tensors and on torch.ao's default
     engine are timed at the actors' batch, and plain (the kernels PyTorch keeps) is named
@@ -271,10 +273,12 @@ def test_an_mlps_int8_copy_runs_plain_unless_torch_aos_kernels_are_clearly_faste
     from actorq.quant.auto import named_engine
 
     given_timings(monkeypatch, {"plain": plain_us, _ao.DEFAULT_ENGINE: legacy_us})
+    caplog.set_level(logging.INFO, logger="actorq.quant.auto")
     torch.manual_seed(0)
     actor, observations = DeterministicActor(SPEC, (32, 32, 32)).eval(), torch.randn(64, SPEC.obs_dim)
     spec, choice = resolve_precision(actor, QuantSpec(bits=8, mode=mode), batch_size=4, observations=observations)
     assert choice is None and spec.engine == named
+    assert f"quant.engine=null picked {named} for the MLP's int8 copy" in caplog.text  # the run's log says so
     modules = QuantizedNetwork.from_network(actor, spec, calibration=observations).executable_trunk().modules()
     plain = any(isinstance(module, (onednn.Int8Linear, onednn.DynamicInt8Linear)) for module in modules)
     assert plain == (named == "plain")
