@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import copy
 import functools
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -28,26 +27,21 @@ from torch import nn
 from actorq.quant._ao_present import AVAILABLE, ENGINES
 
 if AVAILABLE:  # (without them, PyTorch having removed them, int8 actors run on plain tensors only)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import torch.ao.nn.intrinsic as nni
-        import torch.ao.nn.intrinsic.quantized as nniq
-        import torch.ao.nn.quantized as nnq
-        import torch.ao.nn.quantized.dynamic as nnqd
-        import torch.ao.quantization as tq
-        from torch.ao.nn.quantized.modules.utils import _quantize_weight
-        from torch.ao.quantization import observer as tqo
-        from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    import torch.ao.nn.intrinsic as nni
+    import torch.ao.nn.intrinsic.quantized as nniq
+    import torch.ao.nn.quantized as nnq
+    import torch.ao.nn.quantized.dynamic as nnqd
+    import torch.ao.quantization as tq
+    from torch.ao.nn.quantized.modules.utils import _quantize_weight
+    from torch.ao.quantization import observer as tqo
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 if TYPE_CHECKING:
     from actorq.quant.spec import QuantSpec
 
-# The deprecation is known and contained in this module; actors would otherwise print it in
-# every worker process on the first quantized forward.
-warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel")
-warnings.filterwarnings(
-    "ignore", message=r".*torch\.ao\.quantization.*deprecated", category=DeprecationWarning
-)
+# torch.ao is deprecated upstream, and torch says so (once per process: the quantized tensors'
+# creation warns in the learner and in each actor worker that builds a torch.ao copy); no filter
+# here hides it.
 
 ACTIVATION_DTYPE = getattr(torch, "quint8", None)
 WEIGHT_DTYPE = getattr(torch, "qint8", None)
@@ -143,9 +137,7 @@ def convert_static(
         ``.trunk`` holds ``LinearReLU``/``Linear``/``LayerNorm`` quantized modules.
     """
     prepared = calibrate_static(trunk, calibration, spec, chunks)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return tq.convert(prepared)
+    return tq.convert(prepared)
 
 
 def calibrate_static(
@@ -155,16 +147,14 @@ def calibrate_static(
     run on the calibration (:func:`observed_layers` and :func:`observed_linear` read the int8
     payload from it)."""
     staged = _Staged(copy.deepcopy(trunk)).eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pairs = fusable_pairs(staged.trunk)
-        if pairs:
-            staged.trunk = tq.fuse_modules(staged.trunk, pairs)
-        _assign_qconfigs(staged, spec)
-        prepared = tq.prepare(staged)
-        with torch.no_grad():
-            for part in _calibration_chunks(calibration, spec.input_range, staged, chunks):
-                prepared(part)
+    pairs = fusable_pairs(staged.trunk)
+    if pairs:
+        staged.trunk = tq.fuse_modules(staged.trunk, pairs)
+    _assign_qconfigs(staged, spec)
+    prepared = tq.prepare(staged)
+    with torch.no_grad():
+        for part in _calibration_chunks(calibration, spec.input_range, staged, chunks):
+            prepared(part)
     return prepared
 
 
@@ -203,9 +193,7 @@ def convert_dynamic(trunk: nn.Sequential, spec: QuantSpec) -> nn.Module:
     """``quantize_dynamic`` of a copy of ``trunk``: its ``Linear`` layers become int8."""
     per_channel = spec.granularity == "per_channel"
     qconfig = tq.per_channel_dynamic_qconfig if per_channel else tq.default_dynamic_qconfig
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        converted = tq.quantize_dynamic(copy.deepcopy(trunk).eval(), {nn.Linear: qconfig}, dtype=WEIGHT_DTYPE)
+    converted = tq.quantize_dynamic(copy.deepcopy(trunk).eval(), {nn.Linear: qconfig}, dtype=WEIGHT_DTYPE)
     for module in converted.modules():
         if type(module) is nnqd.Linear:
             _exact_inputs(module)

@@ -6,7 +6,6 @@ that imports torch.ao, to find out."""
 from __future__ import annotations
 
 import importlib
-import warnings
 
 import torch
 
@@ -18,10 +17,8 @@ MODULES = ("torch.ao.nn.intrinsic", "torch.ao.nn.intrinsic.quantized", "torch.ao
 
 def _importable() -> bool:
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # their import-time deprecation: _ao's to show or not
-            for name in MODULES:
-                importlib.import_module(name)
+        for name in MODULES:
+            importlib.import_module(name)
     except ImportError:
         return False
     return hasattr(torch, "quint8") and hasattr(torch, "qint8")

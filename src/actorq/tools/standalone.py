@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 from pathlib import Path
 
 import torch
@@ -105,10 +104,8 @@ def export(network: QuantizedNetwork, path: str | Path, greedy: bool = False) ->
         program = torch.export.export(policy, (_example_batch(network),), dynamic_shapes=({0: torch.export.Dim("batch")},))
         torch.export.save(program, path, extra_files={METADATA_FILE: metadata})
         return path
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TorchScript is in maintenance mode upstream
-        scripted = torch.jit.script(policy)
-        torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: metadata})
+    scripted = torch.jit.script(policy)  # (deprecated upstream, and torch says so: `.pt2` is the maintained format)
+    torch.jit.save(scripted, str(path), _extra_files={METADATA_FILE: metadata})
     return path
 
 
