@@ -150,7 +150,7 @@ def select_precision(
     candidates = candidate_specs(spec, convolutional, convolutional and bool(first_stage(layout.architecture)))
     if observations is None:
         observations = random_inputs(layout, spec.calibration_samples)
-    batch = observations[torch.arange(batch_size) % len(observations)]
+    batch = actor_batch(observations, batch_size)
     networks = {
         name: QuantizedNetwork.from_network(network, candidate, calibration=observations)
         for name, candidate in candidates.items()
@@ -159,6 +159,11 @@ def select_precision(
     timings = measure_timings(networks, batch, iterations, rounds)
     name = choose(timings, errors, spec.auto_tolerance, margin)
     return PrecisionChoice(name, networks[name].quant, timings, errors, batch_size)
+
+
+def actor_batch(observations: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``batch_size`` rows of ``observations`` (cycled if there are fewer): one actor's forward."""
+    return observations[torch.arange(batch_size) % len(observations)]
 
 
 def random_inputs(layout: TrunkLayout | ModuleLayout, count: int) -> torch.Tensor:
@@ -228,7 +233,8 @@ def named_engine(network: nn.Module, spec: QuantSpec, batch_size: int | None = N
     engine = onednn.default_engine(convolutional)
     if engine is None and batch_size is not None and onednn.available():
         engine = faster_engine(network, spec, batch_size, observations)
-    return replace(spec, engine=engine or _ao.DEFAULT_ENGINE)
+    engine = engine or (_ao.DEFAULT_ENGINE if _ao.ENGINES else None)
+    return replace(spec, engine=engine)  # (None: this torch has neither: the codec says so when it builds)
 
 
 def faster_engine(network: nn.Module, spec: QuantSpec, batch_size: int, observations: torch.Tensor | None = None,
@@ -249,7 +255,7 @@ def faster_engine(network: nn.Module, spec: QuantSpec, batch_size: int, observat
     if not any(isinstance(module, (onednn.Int8Linear, onednn.DynamicInt8Linear))
                for module in networks[onednn.PLAIN].executable_trunk().modules()):
         return legacy  # all fp32 (fp32 ends with nothing between them): no int8 kernel to choose
-    batch = observations[torch.arange(batch_size) % len(observations)]
+    batch = actor_batch(observations, batch_size)
     timings = measure_timings(networks, batch, iterations, rounds)
     engine = fastest(timings, onednn.PLAIN, MARGIN)
     log.info("quant.engine=null picked %s for the MLP's int8 copy (%s), per forward at batch %d: %.0f µs on plain "
